@@ -1,0 +1,212 @@
+"""`cluster up/down/status` for the local backend.
+
+Why we supervise the processes ourselves instead of driving `kwokctl --runtime=binary`: kwokctl
+(v0.8) rewrites feature gates and runtime-config from its own built-in table, which ends at
+Kubernetes 1.36 and would drop or override the 1.37 gates this project exists to test; it also
+decides ports, flags and certificates itself. We keep KWOK for what it is best at, the `kwok`
+controller that simulates nodes and pods. See docs/local-backend.md.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import binaries as binaries_mod
+from harness.backends.base import Backend, ClusterInfo, ClusterStatus, ComponentStatus
+from harness.backends.local import components, kubeconfig, nodes, pki, ports, process, state
+from harness.config import featuregates
+from harness.errors import ComponentError, ConfigError, HarnessError, Problem
+from harness.k8s.client import Clients, https_get, tls_context
+from harness.progress import Reporter
+
+START_TIMEOUT = 90.0  # per component group; a cold 2-core machine starts the apiserver in ~10 s
+
+
+@dataclass
+class UpOptions:
+    name: str = "dra-harness"
+    nodes: int = 3
+    preset: str | None = None
+    feature_gates: str = ""
+    runtime_config: str = ""
+    versions: binaries_mod.Versions = field(default_factory=binaries_mod.Versions)
+    binaries_dir: Path | None = None
+    binary_source: str = "auto"
+    keep_on_failure: bool = False
+    node_timeout: float = 300.0
+    verbosity: int = 1
+
+
+def known_gates(binset: binaries_mod.BinarySet) -> set[str]:
+    """The gate names the installed kube-apiserver accepts, from its own --help."""
+    try:
+        out = subprocess.run([str(binset.path("kube-apiserver")), "--help"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return featuregates.parse_known_gates(out)
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, reporter: Reporter | None = None):
+        self.reporter = reporter or Reporter(quiet=True)
+
+    # --- up -----------------------------------------------------------------------------------
+
+    def up(self, options: UpOptions) -> ClusterInfo:
+        # Check what can be checked before any slow work (building binaries) or any process starts.
+        name = state.validate_name(options.name)
+        if options.nodes < 0:
+            raise ConfigError([Problem("--nodes", str(options.nodes), "must be 0 or more")])
+        matrix = featuregates.load_matrix(options.versions.kubernetes)
+        gate_args = dict(preset=options.preset, gate_overrides=options.feature_gates,
+                         runtime_overrides=options.runtime_config)
+        featuregates.resolve(matrix, **gate_args)
+        self._clear_stale(name)
+        binset = binaries_mod.ensure(options.versions, source=options.binary_source,
+                                     binaries_dir=options.binaries_dir, reporter=self.reporter)
+        features = featuregates.resolve(matrix, **gate_args, known_gates=known_gates(binset))
+
+        started = time.monotonic()
+        allocated = ports.allocate(components.PORT_NAMES, reserved=state.reserved_ports(except_name=name))
+        cluster = state.create(name, {"backend": self.name, "phase": "starting", "ports": allocated,
+                                      "binaries": str(binset.directory), "kubernetesVersion": options.versions.kubernetes,
+                                      "features": features.to_dict(), "nodes": options.nodes})
+        try:
+            self._start(cluster, binset, features, allocated, options)
+        except BaseException:
+            if options.keep_on_failure:
+                cluster.data["phase"] = "failed"
+                cluster.save()
+                self.reporter.info(f"keeping the failed cluster for inspection: {cluster.directory}")
+            else:
+                with self.reporter.step("cleaning up after the failed start"):
+                    process.stop_all(cluster.directory)
+                    state.remove(cluster)
+            raise
+        cluster.data["phase"] = "running"
+        cluster.data["startSeconds"] = round(time.monotonic() - started, 2)
+        cluster.save()
+        return self._info(cluster)
+
+    def _clear_stale(self, name: str) -> None:
+        if not state.cluster_dir(name).exists():
+            return
+        existing = state.load(name)
+        live = process.processes_of(existing.directory)
+        if live:
+            raise HarnessError(f"cluster {name!r} already exists and is running ({len(live)} processes)",
+                               hint=f"use it, pick another --name, or run `dra-harness cluster down --name {name}`")
+        self.reporter.info(f"removing stale state of cluster {name!r} (its processes are gone)")
+        state.remove(existing)
+
+    def _start(self, cluster: state.ClusterState, binset, features, allocated, options: UpOptions) -> None:
+        with self.reporter.step("creating certificates and kubeconfigs"):
+            keys = pki.create(cluster.directory / "pki", cluster.name)
+            layout = components.ClusterLayout(cluster.name, cluster.directory, binset, features, allocated, keys,
+                                              verbosity=options.verbosity)
+            for client in pki.CLIENTS:
+                kubeconfig.write(layout.kubeconfig(client), cluster.name, layout.server, keys, client)
+        tls = tls_context(layout.kubeconfig("admin"))
+        for group in components.plan(layout):
+            names = ", ".join(c.name for c in group)
+            with self.reporter.step(f"starting {names}"):
+                running = []
+                for component in group:
+                    for rel, content in component.files.items():
+                        (cluster.directory / rel).write_text(content)
+                    running.append((component, process.start(component.name, component.argv, cluster.directory,
+                                                             component.env)))
+                self._wait_healthy(running, tls)
+        if options.nodes:
+            clients = Clients(layout.kubeconfig("admin"))
+            try:
+                specs = nodes.default_nodes(options.nodes)
+                nodes.create(clients.core, specs, self.reporter)
+                nodes.wait_ready(clients.core, {s.name for s in specs}, self.reporter, options.node_timeout,
+                                 check_alive=lambda: self._check_alive(cluster.directory))
+            finally:
+                clients.close()
+
+    def _wait_healthy(self, running, tls) -> None:
+        pending = {component.name: (component, proc) for component, proc in running}
+        deadline = time.monotonic() + START_TIMEOUT
+        while pending:
+            for name, (component, proc) in list(pending.items()):
+                if not process.alive(proc):
+                    code = process.exit_code(proc)
+                    raise ComponentError(name, f"exited during start{'' if code is None else f' with code {code}'}",
+                                         log_file=proc.log, log_tail=process.tail(proc.log))
+                try:
+                    status, _ = https_get(component.health_url, tls if component.health_url.startswith("https") else None,
+                                          timeout=2)
+                except OSError:
+                    status = 0
+                if status == 200:
+                    del pending[name]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                name, (component, proc) = next(iter(pending.items()))
+                raise ComponentError(name, f"not healthy after {START_TIMEOUT:.0f}s ({component.health_url})",
+                                     log_file=proc.log, log_tail=process.tail(proc.log))
+            time.sleep(0.1)
+
+    def _check_alive(self, directory: Path) -> None:
+        for running in process.recorded(directory).values():
+            if not process.alive(running):
+                raise ComponentError(running.name, "died while the cluster was starting", log_file=running.log,
+                                     log_tail=process.tail(running.log))
+
+    # --- down / status / list -----------------------------------------------------------------
+
+    def down(self, name: str) -> list[str]:
+        """Stop every process of the cluster and delete its state. Returns leftovers (normally none)."""
+        cluster = state.load(state.validate_name(name))
+        stuck = process.stop_all(cluster.directory)
+        busy = ports.listening(list(cluster.ports.values()))
+        leftovers = stuck + [f"port {p} still listening" for p in busy]
+        if not stuck:
+            state.remove(cluster)
+        return leftovers
+
+    def status(self, name: str) -> ClusterStatus:
+        cluster = state.load(state.validate_name(name))
+        recorded = process.recorded(cluster.directory)
+        comps = [ComponentStatus(r.name, r.pid, process.alive(r), str(r.log)) for r in recorded.values()]
+        phase = cluster.data.get("phase", "incomplete")
+        ready = False
+        if phase == "running" and comps and all(c.alive for c in comps):
+            try:
+                code, _ = https_get(f"https://127.0.0.1:{cluster.ports['kube-apiserver']}/readyz",
+                                    tls_context(cluster.kubeconfig), timeout=3)
+                ready = code == 200
+            except OSError:
+                ready = False
+        health = "running" if ready else ("starting" if phase == "starting" and any(c.alive for c in comps)
+                                          else "broken")
+        return ClusterStatus(name=cluster.name, backend=self.name, health=health, phase=phase, components=comps,
+                             kubeconfig=str(cluster.kubeconfig), directory=str(cluster.directory),
+                             details={"ports": cluster.ports, "nodes": cluster.data.get("nodes"),
+                                      "features": cluster.data.get("features"),
+                                      "startSeconds": cluster.data.get("startSeconds")})
+
+    def list(self) -> list[str]:
+        return state.all_names()
+
+    def info(self, name: str) -> ClusterInfo:
+        return self._info(state.load(state.validate_name(name)))
+
+    def _info(self, cluster: state.ClusterState) -> ClusterInfo:
+        return ClusterInfo(name=cluster.name, backend=self.name, kubeconfig=cluster.kubeconfig,
+                           server=f"https://127.0.0.1:{cluster.ports['kube-apiserver']}",
+                           directory=cluster.directory,
+                           metrics={"kube-scheduler": f"https://127.0.0.1:{cluster.ports['kube-scheduler']}/metrics",
+                                    "kube-controller-manager":
+                                        f"https://127.0.0.1:{cluster.ports['kube-controller-manager']}/metrics"})

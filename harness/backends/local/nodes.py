@@ -1,0 +1,114 @@
+"""Simulated nodes: Node objects that the KWOK controller keeps Ready and whose pods it runs.
+
+Nodes are created through the API in parallel threads; `wait_ready` watches until every node is
+Ready and free of the not-ready taints the node lifecycle controller puts on new nodes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from dataclasses import dataclass, field
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from harness.backends.local.components import KWOK_NODE_ANNOTATION
+from harness.errors import HarnessError
+from harness.progress import Reporter
+
+POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
+MANAGED_LABEL = "dra-harness.x-k8s.io/managed"
+NOT_READY_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    pool: str = "default"
+    labels: dict[str, str] = field(default_factory=dict)
+    cpu: str = "64"
+    memory: str = "512Gi"
+    pods: str = "250"
+
+    def manifest(self) -> dict:
+        labels = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                  "type": "kwok", POOL_LABEL: self.pool, MANAGED_LABEL: "true", **self.labels}
+        capacity = {"cpu": self.cpu, "memory": self.memory, "pods": self.pods}
+        return {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": self.name, "labels": labels, "annotations": {KWOK_NODE_ANNOTATION: "fake"}},
+            "spec": {},
+            "status": {"capacity": capacity, "allocatable": capacity,
+                       "nodeInfo": {"kubeletVersion": "kwok", "kubeProxyVersion": "", "operatingSystem": "linux",
+                                    "architecture": "amd64", "osImage": "kwok", "kernelVersion": "kwok",
+                                    "containerRuntimeVersion": "kwok", "machineID": self.name, "bootID": "",
+                                    "systemUUID": self.name}},
+        }
+
+
+def default_nodes(count: int, pool: str = "default", prefix: str = "kwok-node") -> list[NodeSpec]:
+    return [NodeSpec(f"{prefix}-{i}", pool=pool) for i in range(count)]
+
+
+def create(core: kubernetes.client.CoreV1Api, specs: list[NodeSpec], reporter: Reporter, workers: int = 16) -> None:
+    def one(spec: NodeSpec) -> None:
+        for attempt in range(5):
+            try:
+                core.create_node(spec.manifest())
+                return
+            except ApiException as err:
+                if err.status == 409:
+                    return  # already there (a retried create)
+                if err.status in (429, 500, 503, 504) and attempt < 4:
+                    time.sleep(0.2 * 2 ** attempt)
+                    continue
+                raise HarnessError(f"creating node {spec.name} failed: {err.status} {err.reason}: "
+                                   f"{(err.body or '')[:300]}") from None
+
+    with reporter.counter("creating KWOK nodes", len(specs)) as counter, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in concurrent.futures.as_completed([pool.submit(one, s) for s in specs]):
+            future.result()
+            counter.advance()
+
+
+def is_ready(node) -> bool:
+    conditions = (node.status.conditions or []) if node.status else []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    taints = (node.spec.taints or []) if node.spec else []
+    return ready and not any(t.key in NOT_READY_TAINTS for t in taints)
+
+
+def wait_ready(core: kubernetes.client.CoreV1Api, names: set[str], reporter: Reporter, timeout: float,
+               check_alive=None) -> None:
+    """Watch nodes until all of `names` are Ready; `check_alive()` raises if a component died."""
+    if not names:
+        return
+    deadline = time.monotonic() + timeout
+    ready: set[str] = set()
+    with reporter.counter("waiting for nodes to be Ready", len(names)) as counter:
+        while True:
+            listing = core.list_node(label_selector=f"{MANAGED_LABEL}=true")
+            now_ready = {n.metadata.name for n in listing.items if n.metadata.name in names and is_ready(n)}
+            counter.advance(len(now_ready - ready))
+            ready = now_ready
+            if ready >= names:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                missing = sorted(names - ready)
+                raise HarnessError(f"{len(missing)} of {len(names)} nodes not Ready after {timeout:.0f}s "
+                                   f"(first: {', '.join(missing[:5])})",
+                                   hint="see logs/kwok.log and logs/kube-controller-manager.log in the cluster directory")
+            if check_alive:
+                check_alive()
+            watch = kubernetes.watch.Watch()
+            try:
+                # Wake on any node change; the list above is the truth, the watch only paces the loop.
+                for _ in watch.stream(core.list_node, label_selector=f"{MANAGED_LABEL}=true",
+                                      resource_version=listing.metadata.resource_version,
+                                      timeout_seconds=max(1, int(min(remaining, 2)))):
+                    break
+            finally:
+                watch.stop()

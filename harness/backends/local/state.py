@@ -1,0 +1,96 @@
+"""A local cluster's state directory and its `state.yaml`.
+
+The state file records everything needed to inspect or tear down a cluster after the process that
+started it is gone (crash, Ctrl-C, another terminal): backend, ports, binaries, features, nodes.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from harness import paths
+from harness.errors import ClusterNotFound, ConfigError, Problem
+
+STATE_FILE = "state.yaml"
+NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+
+
+def validate_name(name: str) -> str:
+    if not NAME_PATTERN.match(name or ""):
+        raise ConfigError([Problem("--name", name or "''", "not a valid cluster name",
+                                   "1-40 lowercase letters, digits and '-', starting and ending alphanumeric")])
+    return name
+
+
+def cluster_dir(name: str) -> Path:
+    return paths.clusters_dir() / name
+
+
+@dataclass
+class ClusterState:
+    directory: Path
+    data: dict
+
+    @property
+    def name(self) -> str:
+        return self.data["name"]
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return dict(self.data.get("ports", {}))
+
+    def save(self) -> None:
+        tmp = self.directory / (STATE_FILE + ".tmp")
+        tmp.write_text(yaml.safe_dump(self.data, sort_keys=False))
+        tmp.replace(self.directory / STATE_FILE)
+
+
+def create(name: str, data: dict) -> ClusterState:
+    directory = cluster_dir(name)
+    directory.mkdir(parents=True, exist_ok=False)
+    state = ClusterState(directory, {"name": name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                     **data})
+    state.save()
+    return state
+
+
+def load(name: str) -> ClusterState:
+    directory = cluster_dir(name)
+    try:
+        data = yaml.safe_load((directory / STATE_FILE).read_text()) or {}
+    except OSError:
+        if directory.is_dir():  # a killed `up` before the state file was written
+            return ClusterState(directory, {"name": name, "phase": "incomplete"})
+        raise ClusterNotFound(f"no cluster named {name!r}",
+                              hint="`dra-harness cluster list` shows the clusters that exist") from None
+    return ClusterState(directory, data)
+
+
+def all_names() -> list[str]:
+    root = paths.clusters_dir()
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def reserved_ports(except_name: str | None = None) -> set[int]:
+    ports: set[int] = set()
+    for name in all_names():
+        if name != except_name:
+            try:
+                ports.update(load(name).ports.values())
+            except Exception:  # a half-written state must not stop another cluster from starting
+                continue
+    return ports
+
+
+def remove(state: ClusterState) -> None:
+    shutil.rmtree(state.directory, ignore_errors=True)

@@ -1,0 +1,201 @@
+"""The `dra-harness` command line. Thin: parse, call into the harness, print; one error printer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from harness import __version__, binaries
+from harness.errors import HarnessError
+from harness.progress import Reporter
+
+
+def _add_version_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubernetes-version", default=binaries.DEFAULT_KUBERNETES, metavar="X.Y.Z")
+    parser.add_argument("--etcd-version", default=binaries.DEFAULT_ETCD, metavar="X.Y.Z")
+    parser.add_argument("--kwok-version", default=binaries.DEFAULT_KWOK, metavar="X.Y.Z")
+
+
+def _versions(args) -> binaries.Versions:
+    return binaries.Versions(args.kubernetes_version.lstrip("v"), args.etcd_version.lstrip("v"),
+                             args.kwok_version.lstrip("v"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dra-harness", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"dra-harness {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    bins = commands.add_parser("binaries", help="install or locate Kubernetes, etcd and KWOK binaries")
+    bins_sub = bins.add_subparsers(dest="action", required=True, metavar="ACTION")
+    install = bins_sub.add_parser("install", help="build or download the binaries into the cache")
+    _add_version_flags(install)
+    install.add_argument("--source", choices=binaries.SOURCES, default="auto",
+                         help="build from the Go module proxy, download official releases, or pick (default)")
+    install.add_argument("--force", action="store_true", help="provide them again even if the cache verifies")
+    where = bins_sub.add_parser("path", help="print the cache directory of verified binaries")
+    _add_version_flags(where)
+
+    cluster = commands.add_parser("cluster", help="start, stop and inspect clusters")
+    cluster_sub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = cluster_sub.add_parser("up", help="start a cluster")
+    up.add_argument("--backend", default="local", help="cluster backend (default: local)")
+    up.add_argument("--name", default="dra-harness", help="cluster name (default: dra-harness)")
+    up.add_argument("--nodes", type=int, default=3, help="number of simulated (KWOK) nodes (default: 3)")
+    up.add_argument("--preset", default=None, help="feature-gate preset from clusters/feature-gates (default: all-dra)")
+    up.add_argument("--feature-gates", default="", metavar="A=true,B=false", help="gate overrides")
+    up.add_argument("--runtime-config", default="", metavar="G/V=true", help="API version overrides")
+    up.add_argument("--binaries-dir", type=Path, default=None, help="use pre-built binaries from this directory")
+    up.add_argument("--source", choices=binaries.SOURCES, default="auto", help="where missing binaries come from")
+    up.add_argument("--keep-on-failure", action="store_true", help="leave a failed cluster for inspection")
+    _add_version_flags(up)
+    down = cluster_sub.add_parser("down", help="stop a cluster and delete its state")
+    down.add_argument("--name", default="dra-harness")
+    down.add_argument("--all", action="store_true", help="every cluster this user has")
+    down.add_argument("--backend", default="local")
+    status = cluster_sub.add_parser("status", help="show whether a cluster's components are running")
+    status.add_argument("--name", default="dra-harness")
+    status.add_argument("--backend", default="local")
+    status.add_argument("--json", action="store_true")
+    lst = cluster_sub.add_parser("list", help="list clusters")
+    lst.add_argument("--backend", default="local")
+    lst.add_argument("--json", action="store_true")
+    kcfg = cluster_sub.add_parser("kubeconfig", help="print the path of a cluster's kubeconfig")
+    kcfg.add_argument("--name", default="dra-harness")
+    kcfg.add_argument("--backend", default="local")
+
+    run = commands.add_parser("run", help="main job: start a cluster, run the conformance suite, report, stop")
+    run.add_argument("--name", default=None, help="cluster name (default: a fresh one for this run)")
+    run.add_argument("--nodes", type=int, default=3)
+    run.add_argument("--preset", default=None)
+    run.add_argument("--feature-gates", default="")
+    run.add_argument("--report-dir", type=Path, default=Path("reports"))
+    run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
+    run.add_argument("--binaries-dir", type=Path, default=None)
+    run.add_argument("pytest_args", nargs="*", help="extra arguments for pytest (after --)")
+    _add_version_flags(run)
+    return parser
+
+
+def run(argv: list[str], out=sys.stdout) -> int:
+    args = build_parser().parse_args(argv)
+    reporter = Reporter(quiet=args.quiet)
+    try:
+        return _dispatch(args, reporter, out)
+    except HarnessError as err:
+        if args.verbose:
+            traceback.print_exc()
+        reporter.console.print(f"[red]error:[/red] {err}", markup=True, highlight=False, soft_wrap=True)
+        return 1
+    except KeyboardInterrupt:
+        reporter.console.print("interrupted; everything started by this command was stopped")
+        return 130
+
+
+def _dispatch(args, reporter: Reporter, out) -> int:
+    from harness import backends, runner
+
+    if args.command == "binaries":
+        if args.action == "install":
+            binset = binaries.ensure(_versions(args), source=args.source, reporter=reporter, force=args.force)
+        else:
+            binset = binaries.locate(_versions(args))
+        print(binset.directory, file=out)
+        return 0
+
+    if args.command == "run":
+        return runner.main_job(args, reporter, out)
+
+    backend = backends.get(args.backend, reporter)
+    if args.action == "up":
+        from harness.backends.local.backend import UpOptions
+
+        options = UpOptions(name=args.name, nodes=args.nodes, preset=args.preset, feature_gates=args.feature_gates,
+                            runtime_config=args.runtime_config, versions=_versions(args),
+                            binaries_dir=args.binaries_dir, binary_source=args.source,
+                            keep_on_failure=args.keep_on_failure)
+        info = backend.up(options)
+        print(f"cluster {info.name!r} is up: {info.server}", file=out)
+        print(f"export KUBECONFIG={info.kubeconfig}", file=out)
+        return 0
+    if args.action == "down":
+        names = backend.list() if args.all else [args.name]
+        failed = False
+        for name in names:
+            leftovers = backend.down(name)
+            if leftovers:
+                failed = True
+                print(f"cluster {name!r}: could not clean up: {', '.join(leftovers)}", file=out)
+            else:
+                print(f"cluster {name!r} is down", file=out)
+        return 1 if failed else 0
+    if args.action == "status":
+        status = backend.status(args.name)
+        if args.json:
+            print(json.dumps(asdict(status), indent=2), file=out)
+        else:
+            _print_status(status, out)
+        return 0 if status.health == "running" else 2
+    if args.action == "list":
+        rows = []
+        for name in backend.list():
+            try:
+                rows.append(asdict(backend.status(name)))
+            except HarnessError as err:
+                rows.append({"name": name, "backend": backend.name, "health": "broken", "error": str(err)})
+        if args.json:
+            print(json.dumps(rows, indent=2), file=out)
+        else:
+            _print_list(rows, out)
+        return 0
+    if args.action == "kubeconfig":
+        print(backend.status(args.name).kubeconfig, file=out)
+        return 0
+    raise HarnessError(f"unknown action {args.action}")
+
+
+def _print_status(status, out) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"cluster {status.name} ({status.backend}): {status.health}")
+    for column in ("component", "pid", "state", "log"):
+        table.add_column(column)
+    for comp in status.components:
+        table.add_row(comp.name, str(comp.pid or ""), "running" if comp.alive else "[red]dead[/red]", comp.log or "")
+    console = Console(file=out, highlight=False)
+    console.print(table)
+    console.print(f"kubeconfig: {status.kubeconfig}")
+
+
+def _print_list(rows: list[dict], out) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for column in ("name", "backend", "health", "kubeconfig"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["name"], row.get("backend", ""), row.get("health", ""), row.get("kubeconfig", ""))
+    Console(file=out, highlight=False).print(table)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    # `kill` (SIGTERM) takes the same clean-up path as Ctrl-C.
+    signal.signal(signal.SIGTERM, _interrupt)
+    sys.exit(run(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""User-facing configuration: the feature-gate matrix, cluster definitions, flag parsing."""

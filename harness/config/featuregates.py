@@ -1,0 +1,145 @@
+"""Resolve the feature gates and runtime-config a cluster starts with, and check them first.
+
+The matrix (clusters/feature-gates/v<minor>.yaml) names presets; command-line overrides go on top.
+Unknown gate names, a gate switched on while a gate it needs is off, and malformed values are all
+reported together, before any process starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from clusters import FEATURE_GATES_DIR
+from harness.errors import ConfigError, Problem
+
+_API_VERSION = re.compile(r"^(api/(all|ga|beta|alpha)|[a-z0-9]([a-z0-9.-]*[a-z0-9])?/v\d+((alpha|beta)\d+)?|v1)$")
+
+
+@dataclass(frozen=True)
+class GateInfo:
+    stage: str
+    default: bool
+    locked: bool = False
+    needs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Matrix:
+    source: Path
+    kubernetes_version: str
+    gates: dict[str, GateInfo]
+    presets: dict[str, dict]
+    default_preset: str
+
+
+@dataclass(frozen=True)
+class FeatureSettings:
+    """What the components are started with."""
+
+    preset: str
+    gates: dict[str, bool] = field(default_factory=dict)  # only the gates set explicitly
+    runtime_config: dict[str, bool] = field(default_factory=dict)
+
+    def gates_flag(self) -> str:
+        return ",".join(f"{name}={str(value).lower()}" for name, value in sorted(self.gates.items()))
+
+    def runtime_config_flag(self) -> str:
+        return ",".join(f"{name}={str(value).lower()}" for name, value in sorted(self.runtime_config.items()))
+
+    def effective(self, matrix: Matrix) -> dict[str, bool]:
+        """Every gate of the matrix with the value the cluster will run with."""
+        values = {name: info.default for name, info in matrix.gates.items()}
+        values.update(self.gates)
+        return values
+
+    def to_dict(self) -> dict:
+        return {"preset": self.preset, "featureGates": dict(self.gates), "runtimeConfig": dict(self.runtime_config)}
+
+
+def matrix_path(kubernetes_version: str) -> Path:
+    minor = ".".join(kubernetes_version.lstrip("v").split(".")[:2])
+    return FEATURE_GATES_DIR / f"v{minor}.yaml"
+
+
+def load_matrix(kubernetes_version: str) -> Matrix:
+    path = matrix_path(kubernetes_version)
+    if not path.is_file():
+        known = sorted(p.stem for p in FEATURE_GATES_DIR.glob("v*.yaml"))
+        raise ConfigError([Problem("--kubernetes-version", "", f"no feature-gate matrix for {kubernetes_version}",
+                                   ", ".join(known))])
+    raw = yaml.safe_load(path.read_text())
+    gates = {name: GateInfo(stage=info["stage"], default=bool(info["default"]), locked=bool(info.get("locked")),
+                            needs=tuple(info.get("needs", ())))
+             for name, info in raw["gates"].items()}
+    return Matrix(path, str(raw["kubernetesVersion"]), gates, raw["presets"], raw["defaultPreset"])
+
+
+def parse_bool_map(text: str, flag: str) -> tuple[dict[str, bool], list[Problem]]:
+    """Parse `A=true,B=false` as Kubernetes flags do."""
+    values: dict[str, bool] = {}
+    problems = []
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            problems.append(Problem(flag, item, "expected NAME=true or NAME=false"))
+            continue
+        if value.lower() not in ("true", "false"):
+            problems.append(Problem(flag, name, f"value {value!r} is not a boolean", "true, false"))
+            continue
+        values[name.strip()] = value.lower() == "true"
+    return values, problems
+
+
+def resolve(matrix: Matrix, *, preset: str | None = None, gate_overrides: str = "",
+            runtime_overrides: str = "", known_gates: set[str] | None = None) -> FeatureSettings:
+    """Preset + overrides -> FeatureSettings, or ConfigError listing every problem found."""
+    problems: list[Problem] = []
+    preset = preset or matrix.default_preset
+    if preset not in matrix.presets:
+        raise ConfigError([Problem("--preset", preset, "unknown preset", ", ".join(sorted(matrix.presets)))])
+    base = matrix.presets[preset]
+    gates = {k: bool(v) for k, v in (base.get("featureGates") or {}).items()}
+    runtime = {k: bool(v) for k, v in (base.get("runtimeConfig") or {}).items()}
+
+    extra_gates, gate_problems = parse_bool_map(gate_overrides, "--feature-gates")
+    extra_runtime, runtime_problems = parse_bool_map(runtime_overrides, "--runtime-config")
+    problems += gate_problems + runtime_problems
+    gates.update(extra_gates)
+    runtime.update(extra_runtime)
+
+    # known_gates None: the binaries are not there yet; names are checked again once they are.
+    known = set(matrix.gates) | set(known_gates or ())
+    for name in sorted(gates):
+        if known_gates is not None and name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3)
+            problems.append(Problem("--feature-gates", name, "unknown feature gate in Kubernetes "
+                                    f"{matrix.kubernetes_version}", ("did you mean " + ", ".join(close) + "?")
+                                    if close else f"see {matrix.source.name}"))
+        elif name in matrix.gates and matrix.gates[name].locked and gates[name] != matrix.gates[name].default:
+            problems.append(Problem("--feature-gates", name, f"is locked to {str(matrix.gates[name].default).lower()}"
+                                    f" in {matrix.kubernetes_version}", str(matrix.gates[name].default).lower()))
+    for name in sorted(runtime):
+        if not _API_VERSION.match(name):
+            problems.append(Problem("--runtime-config", name, "not an API group/version",
+                                    "e.g. resource.k8s.io/v1beta2, api/alpha"))
+    effective = FeatureSettings(preset, gates, runtime).effective(matrix)
+    for name, on in sorted(effective.items()):
+        if not on or name not in matrix.gates:
+            continue
+        for dependency in matrix.gates[name].needs:
+            if not effective.get(dependency, True):
+                problems.append(Problem("--feature-gates", name, f"needs {dependency}, which is off",
+                                        f"enable {dependency} or disable {name}"))
+    if problems:
+        raise ConfigError(problems)
+    return FeatureSettings(preset, gates, runtime)
+
+
+def parse_known_gates(help_text: str) -> set[str]:
+    """Gate names from the `--feature-gates` section of a Kubernetes component's --help output."""
+    return set(re.findall(r"^\s+([A-Z][A-Za-z0-9]+)=true\|false \(", help_text, re.M))

@@ -1,0 +1,75 @@
+"""Errors a user can act on.
+
+Everything the harness raises for a user mistake or an environment problem is a HarnessError; the
+CLI prints it as one short message (no traceback unless -v). Anything else is a bug in the harness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class HarnessError(Exception):
+    """A failure with a message meant for the user."""
+
+    def __init__(self, message: str, *, hint: str | None = None, log_file: Path | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.log_file = log_file
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        if self.log_file is not None:
+            parts.append(f"log: {self.log_file}")
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in one input: where, what, and what would be accepted."""
+
+    source: str  # file name, or "--flag" for command-line input
+    field: str  # path inside the source, e.g. "nodePools[2].profile"
+    problem: str
+    allowed: str | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.source}: {self.field}: {self.problem}"
+        if self.allowed:
+            text += f" (allowed: {self.allowed})"
+        return text
+
+
+class ConfigError(HarnessError):
+    """Bad user input. Carries every problem found, so one run shows them all."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        lines = [str(p) for p in self.problems]
+        head = "invalid input" if len(lines) != 1 else "invalid input: " + lines[0]
+        message = head if len(lines) == 1 else head + ":\n" + "\n".join("  - " + line for line in lines)
+        super().__init__(message)
+
+
+class ComponentError(HarnessError):
+    """A cluster component failed to start or died; names the component and its log."""
+
+    def __init__(self, component: str, message: str, *, log_file: Path | None = None,
+                 log_tail: str | None = None, hint: str | None = None):
+        text = f"{component}: {message}"
+        if log_tail:
+            text += "\n--- last lines of its log ---\n" + log_tail.rstrip()
+        super().__init__(text, hint=hint, log_file=log_file)
+        self.component = component
+
+
+class BinariesError(HarnessError):
+    """Binaries are missing, cannot be built or failed verification."""
+
+
+class ClusterNotFound(HarnessError):
+    """No cluster of that name exists."""

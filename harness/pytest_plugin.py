@@ -1,0 +1,155 @@
+"""pytest plugin (entry point `pytest11`): options, markers and fixtures for DRA tests.
+
+Only wiring lives here; the cluster lifecycle is in harness.session, API access in harness.k8s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from harness import session as sessions
+from harness.backends.base import ClusterInfo
+from harness.errors import HarnessError
+from harness.k8s.client import Clients
+
+RUN_ID_LABEL = "dra-harness.x-k8s.io/run-id"
+_SHARED = pytest.StashKey[str]()
+_RUN_ID = pytest.StashKey[str]()
+_OPTIONS = pytest.StashKey[sessions.SessionOptions]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dra-harness", "Kubernetes DRA test cluster")
+    group.addoption("--dra-backend", choices=("local", "existing"),
+                    default=os.environ.get("DRA_HARNESS_BACKEND", "local"),
+                    help="local: start a real 1.37 control plane with KWOK nodes (default); "
+                         "existing: use the cluster of --kubeconfig")
+    group.addoption("--kubeconfig", default=None, help="kubeconfig of an existing cluster (default: $KUBECONFIG)")
+    group.addoption("--dra-cluster-name", default=None,
+                    help="local backend: use this cluster if it is running, else start it under this name")
+    group.addoption("--dra-keep-cluster", action="store_true", help="do not stop a cluster this run started")
+    group.addoption("--dra-nodes", type=int, default=3, help="KWOK nodes in a started cluster (default: 3)")
+    group.addoption("--dra-preset", default=None, help="feature-gate preset for a started cluster")
+    group.addoption("--dra-feature-gates", default="", help="feature-gate overrides for a started cluster")
+    group.addoption("--dra-binaries-dir", default=None, help="pre-built Kubernetes/etcd/KWOK binaries")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        config.stash[_SHARED] = str(sessions.new_shared_dir())
+        config.stash[_RUN_ID] = os.environ.get("PYTEST_XDIST_TESTRUNUID", sessions.new_run_id())[:8]
+        # `kill` of the run takes the Ctrl-C path, so session teardown still stops the cluster.
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _interrupt)
+    else:
+        config.stash[_SHARED] = workerinput["dra_shared_dir"]
+        config.stash[_RUN_ID] = workerinput["dra_run_id"]
+    config.stash[_OPTIONS] = sessions.SessionOptions(
+        backend=config.getoption("--dra-backend"),
+        kubeconfig=config.getoption("--kubeconfig") or os.environ.get("KUBECONFIG"),
+        cluster_name=config.getoption("--dra-cluster-name"),
+        keep_cluster=config.getoption("--dra-keep-cluster"),
+        nodes=config.getoption("--dra-nodes"),
+        preset=config.getoption("--dra-preset"),
+        feature_gates=config.getoption("--dra-feature-gates"),
+        binaries_dir=config.getoption("--dra-binaries-dir"))
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller -> worker: where the shared cluster is recorded, and the run id."""
+    node.workerinput["dra_shared_dir"] = node.config.stash[_SHARED]
+    node.workerinput["dra_run_id"] = node.config.stash[_RUN_ID]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if getattr(config, "workerinput", None) is None and _SHARED in config.stash:
+        from pathlib import Path
+
+        leftovers = sessions.release_cluster(Path(config.stash[_SHARED]), config.stash[_OPTIONS])
+        if leftovers:
+            session.config.issue_config_time_warning(
+                pytest.PytestWarning(f"dra-harness: cluster clean-up left {leftovers}"), stacklevel=1)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    options = config.stash[_OPTIONS]
+    return f"dra-harness: backend={options.backend} run-id={config.stash[_RUN_ID]}"
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def dra_run_id(request: pytest.FixtureRequest) -> str:
+    """Label value on everything this run creates (shared by all xdist workers)."""
+    return request.config.stash[_RUN_ID]
+
+
+@pytest.fixture(scope="session")
+def dra_cluster(request: pytest.FixtureRequest) -> ClusterInfo:
+    """The cluster under test: started on first use (local backend) or the one of --kubeconfig."""
+    from pathlib import Path
+
+    config = request.config
+    try:
+        return sessions.acquire_cluster(Path(config.stash[_SHARED]), config.stash[_OPTIONS], config.stash[_RUN_ID])
+    except HarnessError as err:
+        pytest.fail(f"dra-harness could not provide a cluster:\n{err}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def k8s(dra_cluster: ClusterInfo) -> Iterator[Clients]:
+    """Typed API clients for the cluster under test."""
+    clients = Clients(dra_cluster.kubeconfig)
+    yield clients
+    clients.close()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest, dra_run_id: str):
+    """`unique_name("gpu")` -> a DNS-safe name no other test or worker of this run uses."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
+
+    def make(prefix: str) -> str:
+        prefix = re.sub(r"[^a-z0-9-]", "-", prefix.lower())[:30].strip("-")
+        return f"{prefix}-{dra_run_id[:5]}-{worker}-{digest}"
+
+    return make
+
+
+@pytest.fixture
+def dra_namespace(k8s: Clients, unique_name, dra_run_id: str) -> Iterator[str]:
+    """A fresh namespace for one test, deleted afterwards (also when the test fails)."""
+    from harness import wait
+
+    name = unique_name("t")
+    k8s.core.create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": name, "labels": {RUN_ID_LABEL: dra_run_id}}})
+    try:
+        wait.service_account_ready(k8s, name)
+        yield name
+    finally:
+        wait.ignore_not_found(k8s.core.delete_namespace, name)
+
+
+@pytest.fixture
+def cluster_objects(k8s: Clients) -> Iterator["wait.CreatedObjects"]:
+    """Tracks cluster-scoped objects a test creates and deletes them at teardown."""
+    from harness import wait
+
+    created = wait.CreatedObjects(k8s)
+    yield created
+    created.delete_all()
