@@ -1,0 +1,1 @@
+"""dra-harness conformance suite: DRA behaviour checked against a real Kubernetes 1.37 cluster."""

@@ -10,6 +10,8 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from rich.markup import escape
+
 from harness import __version__, binaries
 from harness.errors import HarnessError
 from harness.progress import Reporter
@@ -92,7 +94,7 @@ def run(argv: list[str], out=sys.stdout) -> int:
     except HarnessError as err:
         if args.verbose:
             traceback.print_exc()
-        reporter.console.print(f"[red]error:[/red] {err}", markup=True, highlight=False, soft_wrap=True)
+        reporter.console.print(f"[red]error:[/red] {escape(str(err))}", markup=True, highlight=False, soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         reporter.console.print("interrupted; everything started by this command was stopped")

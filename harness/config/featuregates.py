@@ -141,5 +141,8 @@ def resolve(matrix: Matrix, *, preset: str | None = None, gate_overrides: str = 
 
 
 def parse_known_gates(help_text: str) -> set[str]:
-    """Gate names from the `--feature-gates` section of a Kubernetes component's --help output."""
-    return set(re.findall(r"^\s+([A-Z][A-Za-z0-9]+)=true\|false \(", help_text, re.M))
+    """Gate names from the `--feature-gates` section of a Kubernetes component's --help output.
+
+    Since the versioned feature gates, components print each gate as `kube:Name=true|false (...)`.
+    """
+    return set(re.findall(r"^\s+(?:kube:)?([A-Z][A-Za-z0-9]+)=true\|false \(", help_text, re.M))

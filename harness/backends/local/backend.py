@@ -87,7 +87,7 @@ class LocalBackend(Backend):
                 self.reporter.info(f"keeping the failed cluster for inspection: {cluster.directory}")
             else:
                 with self.reporter.step("cleaning up after the failed start"):
-                    process.stop_all(cluster.directory)
+                    process.stop_all(cluster.directory, components.STOP_ORDER)
                     state.remove(cluster)
             raise
         cluster.data["phase"] = "running"
@@ -169,7 +169,7 @@ class LocalBackend(Backend):
     def down(self, name: str) -> list[str]:
         """Stop every process of the cluster and delete its state. Returns leftovers (normally none)."""
         cluster = state.load(state.validate_name(name))
-        stuck = process.stop_all(cluster.directory)
+        stuck = process.stop_all(cluster.directory, components.STOP_ORDER)
         busy = ports.listening(list(cluster.ports.values()))
         leftovers = stuck + [f"port {p} still listening" for p in busy]
         if not stuck:

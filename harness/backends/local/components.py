@@ -146,6 +146,10 @@ def kwok(layout: ClusterLayout) -> Component:
                      files={"kwok.yaml": kwok_stages.config_yaml()})
 
 
+# Reverse of the start order: clients of the apiserver first, etcd last.
+STOP_ORDER = [["kwok", "kube-scheduler", "kube-controller-manager"], ["kube-apiserver"], ["etcd"]]
+
+
 def plan(layout: ClusterLayout) -> list[list[Component]]:
     """Components in start order: each inner list can start in parallel once the previous is healthy."""
     return [[etcd(layout)], [kube_apiserver(layout)],

@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -26,6 +26,8 @@ class Running:
     pid: int
     create_time: float
     log: Path
+    # Held so the exit code stays readable: subprocess reaps dropped Popen objects on its own.
+    popen: subprocess.Popen | None = field(default=None, compare=False, repr=False)
 
 
 def start(name: str, argv: list[str], cluster_dir: Path, env: dict[str, str] | None = None) -> Running:
@@ -41,7 +43,7 @@ def start(name: str, argv: list[str], cluster_dir: Path, env: dict[str, str] | N
         created = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:
         created = 0.0
-    running = Running(name, proc.pid, created, log_path)
+    running = Running(name, proc.pid, created, log_path, proc)
     (pids / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "createTime": created, "argv": argv}))
     return running
 
@@ -67,12 +69,8 @@ def alive(running: Running) -> bool:
 
 
 def exit_code(running: Running) -> int | None:
-    """Reap a child that died, returning its exit code (None if it is not our child or still running)."""
-    try:
-        pid, status = os.waitpid(running.pid, os.WNOHANG)
-    except ChildProcessError:
-        return None
-    return os.waitstatus_to_exitcode(status) if pid else None
+    """The exit code of a component this process started and that has ended (else None)."""
+    return running.popen.poll() if running.popen is not None else None
 
 
 def processes_of(cluster_dir: Path) -> list[psutil.Process]:
@@ -98,33 +96,56 @@ def processes_of(cluster_dir: Path) -> list[psutil.Process]:
     return list(found.values())
 
 
-def stop_all(cluster_dir: Path, grace_seconds: float = 10.0) -> list[str]:
-    """SIGTERM everything of the cluster, SIGKILL what is left after the grace period.
-
-    Returns descriptions of processes that could not be stopped (normally empty).
+def stop_all(cluster_dir: Path, order: list[list[str]] = (), grace_seconds: float = 5.0) -> list[str]:
+    """Stop everything of the cluster: the named components group by group in `order` (clients
+    before the apiserver, the apiserver before etcd, so none spends its grace period retrying a
+    server that is already gone), then whatever else is left. SIGTERM first, SIGKILL after the grace
+    period. Returns descriptions of processes that could not be stopped (normally empty).
     """
-    procs = processes_of(cluster_dir)
-    for proc in procs:
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except psutil.Error:
-            pass
-    _, still = psutil.wait_procs(procs, timeout=grace_seconds)
-    for proc in still:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    _, stuck = psutil.wait_procs(still, timeout=5)
+    recorded_now = recorded(cluster_dir)
+    for group in [*order, None]:
+        if group is None:
+            procs = processes_of(cluster_dir)
+        else:
+            procs = []
+            for name in group:
+                running = recorded_now.get(name)
+                if running and alive(running):
+                    procs.append(psutil.Process(running.pid))
+        stuck = _terminate(procs, grace_seconds)
+        if stuck:
+            return [f"pid {p.pid}" for p in stuck]
     for path in (cluster_dir / "pids").glob("*.json"):
         path.unlink(missing_ok=True)
-    # Reap any of our own children so no zombie is left behind.
-    for proc in procs:
-        try:
-            os.waitpid(proc.pid, os.WNOHANG)
-        except (ChildProcessError, OSError):
-            pass
-    return [f"pid {p.pid}" for p in stuck]
+    return []
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _terminate(procs: list[psutil.Process], grace_seconds: float) -> list[psutil.Process]:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in procs:
+            try:
+                proc.send_signal(sig)
+            except psutil.Error:
+                pass
+        deadline = time.monotonic() + (grace_seconds if sig == signal.SIGTERM else 5.0)
+        while time.monotonic() < deadline:
+            for proc in procs:  # reap our own children; others are reaped by init
+                try:
+                    os.waitpid(proc.pid, os.WNOHANG)
+                except (ChildProcessError, OSError):
+                    pass
+            procs = [p for p in procs if not _gone(p)]
+            if not procs:
+                return []
+            time.sleep(0.05)
+    return procs
 
 
 def tail(path: Path, lines: int = 20) -> str:
@@ -136,12 +157,3 @@ def tail(path: Path, lines: int = 20) -> str:
             return "\n".join(handle.read().decode(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
-
-
-def wait_gone(pids: list[int], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(psutil.pid_exists(pid) for pid in pids):
-            return True
-        time.sleep(0.1)
-    return False

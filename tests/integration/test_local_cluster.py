@@ -1,0 +1,168 @@
+"""The local backend against the real 1.37 binaries: what a started cluster serves, and that
+stopping, crashing and interrupting it leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import binaries, wait
+from harness.backends.local import LocalBackend, process, state
+from harness.backends.local.backend import UpOptions
+from harness.backends.local.ports import listening
+from harness.k8s.client import Clients, https_get
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def local_cluster(dra_cluster):
+    if dra_cluster.backend != "local" and not state.cluster_dir(dra_cluster.name).exists():
+        pytest.skip("checks the local backend itself; the cluster under test is not a local one")
+    return dra_cluster
+
+
+def _feature_metrics(k8s: Clients) -> dict[str, int]:
+    values = {}
+    for line in k8s.get_raw("/metrics").splitlines():
+        if line.startswith("kubernetes_feature_enabled{"):
+            name = line.split('name="', 1)[1].split('"', 1)[0]
+            values[name] = int(float(line.rsplit(" ", 1)[1]))
+    return values
+
+
+def _served_group_versions(k8s: Clients) -> set[str]:
+    groups = json.loads(k8s.get_raw("/apis"))["groups"]
+    return {v["groupVersion"] for g in groups for v in g["versions"]}
+
+
+def test_cluster_serves_1_37_with_the_dra_gates(local_cluster, k8s: Clients):
+    assert k8s.version.get_code().git_version == "v1.37.2"
+    kubectl = binaries.locate().path("kubectl")
+    out = subprocess.run([str(kubectl), "version", f"--kubeconfig={local_cluster.kubeconfig}"],
+                         capture_output=True, text=True, timeout=30).stdout
+    assert "Server Version: v1.37.2" in out
+
+    gates = _feature_metrics(k8s)
+    for gate in ("DRAWorkloadResourceClaims", "GenericWorkload", "SchedulerPreQueueingHints"):
+        assert gates.get(gate) == 1, f"{gate} is not enabled: {gates.get(gate)}"
+    served = _served_group_versions(k8s)
+    assert {"resource.k8s.io/v1", "resource.k8s.io/v1beta2", "scheduling.k8s.io/v1beta1"} <= served
+
+
+def test_component_metrics_open_with_the_kubeconfig_credentials(local_cluster, k8s: Clients):
+    for component, url in local_cluster.metrics.items():
+        body = k8s.get_raw("", server=url)
+        assert "# TYPE" in body, component
+        # ...and stay closed to anyone without them.
+        status, _ = https_get(url, _anonymous_tls())
+        assert status in (401, 403), f"{component} /metrics answered {status} without credentials"
+    scheduler = k8s.get_raw("", server=local_cluster.metrics["kube-scheduler"])
+    assert "scheduler_pending_pods" in scheduler
+
+
+def _anonymous_tls():
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def test_second_cluster_runs_beside_and_goes_without_trace(local_cluster, dra_run_id):
+    backend = LocalBackend()
+    name = f"it-{dra_run_id[:6]}-{os.getpid()}"
+    info = backend.up(UpOptions(name=name, nodes=2, preset="ga-only"))
+    directory = state.cluster_dir(name)
+    try:
+        mine = set(state.load(name).ports.values())
+        theirs = set(state.load(local_cluster.name).ports.values()) if state.cluster_dir(local_cluster.name).exists() \
+            else set()
+        assert mine and not (mine & theirs)
+        assert backend.status(name).health == "running"
+
+        clients = Clients(info.kubeconfig)
+        try:
+            assert _feature_metrics(clients).get("DRAWorkloadResourceClaims") == 0  # stock 1.37 default
+            assert "scheduling.k8s.io/v1beta1" not in _served_group_versions(clients)
+            assert len([n for n in clients.core.list_node().items]) == 2
+        finally:
+            clients.close()
+
+        # A component that dies makes the cluster "broken", and `down` still cleans everything.
+        scheduler = process.recorded(directory)["kube-scheduler"]
+        os.kill(scheduler.pid, signal.SIGKILL)
+        wait.until("status to report the dead scheduler",
+                   lambda: backend.status(name).health == "broken", 10)
+        pids = [r.pid for r in process.recorded(directory).values()]
+    finally:
+        leftovers = backend.down(name)
+    assert leftovers == []
+    assert not directory.exists()
+    assert process.processes_of(directory) == []
+    assert listening(sorted(mine)) == []
+    assert not [p for p in pids if _alive(p)]
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _cli(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_interrupted_up_leaves_nothing(local_cluster, dra_run_id, sig):
+    name = f"int-{dra_run_id[:6]}-{sig.name.lower()[3:]}"
+    directory = state.cluster_dir(name)
+    proc = _cli("cluster", "up", "--name", name, "--nodes", "1")
+    try:
+        # Interrupt in the middle: once the apiserver has been started.
+        wait.until("the apiserver to be started", lambda: (directory / "pids" / "kube-apiserver.json").exists()
+                   or proc.poll() is not None, 60)
+        assert proc.poll() is None, "cluster up finished before it could be interrupted"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert not directory.exists()
+    assert process.processes_of(directory) == []
+
+
+def test_component_that_fails_to_start_is_named_with_its_log(local_cluster, tmp_path, dra_run_id):
+    real = binaries.locate()
+    broken = tmp_path / "bin"
+    broken.mkdir()
+    for binary in binaries.ALL_BINARIES:
+        (broken / binary).symlink_to(real.path(binary))
+    (broken / "kube-scheduler").unlink()
+    (broken / "kube-scheduler").write_text("#!/bin/sh\necho 'simulated scheduler failure' >&2\nexit 3\n")
+    (broken / "kube-scheduler").chmod(0o755)
+    name = f"fail-{dra_run_id[:6]}"
+    proc = _cli("cluster", "up", "--name", name, "--nodes", "1", "--binaries-dir", str(broken))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "kube-scheduler: exited during start with code 3" in err
+    assert "simulated scheduler failure" in err
+    assert "kube-scheduler.log" in err
+    assert "Traceback" not in err + out
+    assert not state.cluster_dir(name).exists()
+    assert process.processes_of(state.cluster_dir(name)) == []
