@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from harness import __version__, binaries
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError, InvalidInput, Problem
 from harness.progress import Reporter
 
 
@@ -50,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     up = cluster_sub.add_parser("up", help="start a cluster")
     up.add_argument("--backend", default="local", help="cluster backend (default: local)")
     up.add_argument("--name", default="dra-harness", help="cluster name (default: dra-harness)")
-    up.add_argument("--nodes", type=int, default=3, help="number of simulated (KWOK) nodes (default: 3)")
+    up.add_argument("--config", default=None, metavar="FILE|NAME",
+                    help="cluster definition (node pools, profiles, preset): a file or a name from clusters/")
+    up.add_argument("--nodes", type=int, default=None,
+                    help="number of simulated (KWOK) nodes without devices (default: 3; not with --config)")
     up.add_argument("--preset", default=None, help="feature-gate preset from clusters/feature-gates (default: all-dra)")
     up.add_argument("--feature-gates", default="", metavar="A=true,B=false", help="gate overrides")
     up.add_argument("--runtime-config", default="", metavar="G/V=true", help="API version overrides")
@@ -73,6 +76,34 @@ def build_parser() -> argparse.ArgumentParser:
     kcfg.add_argument("--name", default="dra-harness")
     kcfg.add_argument("--backend", default="local")
 
+    prof = commands.add_parser("profiles", help="hardware profiles of the fake driver")
+    prof_sub = prof.add_subparsers(dest="action", required=True, metavar="ACTION")
+    prof_sub.add_parser("list", help="list the built-in profiles")
+    show = prof_sub.add_parser("show", help="print a profile")
+    show.add_argument("profile", help="built-in name or file")
+    validate = prof_sub.add_parser("validate", help="check profile or cluster-definition files")
+    validate.add_argument("files", nargs="+", help="NodeProfile or Cluster YAML files")
+    rend = prof_sub.add_parser("render", help="print the ResourceSlices a profile produces for one node")
+    rend.add_argument("profile", help="built-in name or file")
+    rend.add_argument("--node", default="node-0", help="node name (default: node-0)")
+    rend.add_argument("--domain", default="fake.dra-harness.x-k8s.io", help="driver domain")
+    rend.add_argument("--fault", action="append", default=[], metavar="DEVICE=KIND",
+                      help="render as if DEVICE had this fault (repeatable)")
+
+    fault = commands.add_parser("fault", help="inject device faults into a running fake driver")
+    fault_sub = fault.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in (("inject", "make a device fail"), ("clear", "recover a device"), ("list", "show faults")):
+        sub = fault_sub.add_parser(action, help=text)
+        sub.add_argument("--name", default="dra-harness", help="local cluster name")
+        sub.add_argument("--kubeconfig", default=None, help="any cluster (instead of --name)")
+        sub.add_argument("--instance", default="fake", help="fake-driver instance (default: fake)")
+        sub.add_argument("--namespace", default="dra-harness-system")
+        if action != "list":
+            sub.add_argument("--node", required=True)
+            sub.add_argument("--device", required=True)
+        if action == "inject":
+            sub.add_argument("--kind", required=True, help="warning | degraded | unhealthy | lost")
+
     run = commands.add_parser("run", help="main job: start a cluster, run the conformance suite, report, stop")
     run.add_argument("--name", default=None, help="cluster name (default: a fresh one for this run)")
     run.add_argument("--nodes", type=int, default=3)
@@ -90,7 +121,10 @@ def run(argv: list[str], out=sys.stdout) -> int:
     args = build_parser().parse_args(argv)
     reporter = Reporter(quiet=args.quiet)
     try:
-        return _dispatch(args, reporter, out)
+        try:
+            return _dispatch(args, reporter, out)
+        except InvalidInput as err:
+            raise ConfigError(err.problems) from err
     except HarnessError as err:
         if args.verbose:
             traceback.print_exc()
@@ -114,15 +148,28 @@ def _dispatch(args, reporter: Reporter, out) -> int:
 
     if args.command == "run":
         return runner.main_job(args, reporter, out)
+    if args.command == "profiles":
+        from harness import profiles_cli
+
+        return profiles_cli.run(args, out)
+    if args.command == "fault":
+        from harness import profiles_cli
+
+        return profiles_cli.fault(args, out)
 
     backend = backends.get(args.backend, reporter)
     if args.action == "up":
         from harness.backends.local.backend import UpOptions
+        from harness.config import cluster as cluster_config
 
-        options = UpOptions(name=args.name, nodes=args.nodes, preset=args.preset, feature_gates=args.feature_gates,
-                            runtime_config=args.runtime_config, versions=_versions(args),
-                            binaries_dir=args.binaries_dir, binary_source=args.source,
-                            keep_on_failure=args.keep_on_failure)
+        definition = cluster_config.load(args.config) if args.config else None
+        if definition is not None and args.nodes is not None:
+            raise ConfigError([Problem("--nodes", str(args.nodes), "cannot be combined with --config",
+                                       "set node counts in the definition's nodePools")])
+        options = UpOptions(name=args.name, nodes=3 if args.nodes is None else args.nodes, preset=args.preset,
+                            feature_gates=args.feature_gates, runtime_config=args.runtime_config,
+                            versions=_versions(args), binaries_dir=args.binaries_dir, binary_source=args.source,
+                            keep_on_failure=args.keep_on_failure, definition=definition)
         info = backend.up(options)
         print(f"cluster {info.name!r} is up: {info.server}", file=out)
         print(f"export KUBECONFIG={info.kubeconfig}", file=out)

@@ -6,8 +6,13 @@ CLI prints it as one short message (no traceback unless -v). Anything else is a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+# Problem lives in fake_devices (which ships alone and must not import harness); both share it.
+from fake_devices.errors import InvalidInput, Problem
+
+__all__ = ["HarnessError", "ConfigError", "ComponentError", "BinariesError", "ClusterNotFound", "InvalidInput",
+           "Problem"]
 
 
 class HarnessError(Exception):
@@ -28,31 +33,12 @@ class HarnessError(Exception):
         return "\n".join(parts)
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong in one input: where, what, and what would be accepted."""
-
-    source: str  # file name, or "--flag" for command-line input
-    field: str  # path inside the source, e.g. "nodePools[2].profile"
-    problem: str
-    allowed: str | None = None
-
-    def __str__(self) -> str:
-        text = f"{self.source}: {self.field}: {self.problem}"
-        if self.allowed:
-            text += f" (allowed: {self.allowed})"
-        return text
-
-
 class ConfigError(HarnessError):
     """Bad user input. Carries every problem found, so one run shows them all."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = list(problems)
-        lines = [str(p) for p in self.problems]
-        head = "invalid input" if len(lines) != 1 else "invalid input: " + lines[0]
-        message = head if len(lines) == 1 else head + ":\n" + "\n".join("  - " + line for line in lines)
-        super().__init__(message)
+        super().__init__(InvalidInput(self.problems).message)
 
 
 class ComponentError(HarnessError):

@@ -31,6 +31,8 @@ class Reporter:
         if not self.quiet and self.console.is_terminal:
             status = self.console.status(title)
             status.start()
+        elif not self.quiet:
+            self.console.print(f"… {title}")  # in a CI log, say what is running before it takes minutes
         try:
             yield
         except BaseException:

@@ -114,8 +114,8 @@ def parse_sha256_file(text: str, member: str | None, url: str) -> str:
         name = fields[1].lstrip("*") if len(fields) > 1 else None
         if (member is None or name == member) and re.fullmatch(r"[0-9a-f]{64}", digest):
             return digest
-    wanted = f"an entry for {member}" if member else "a SHA-256 digest"
-    raise BinariesError(f"checksum file {url} has no {wanted}")
+    wanted = f"no entry for {member}" if member else "no SHA-256 digest"
+    raise BinariesError(f"checksum file {url} has {wanted}")
 
 
 def fetch_bytes(url: str) -> bytes:

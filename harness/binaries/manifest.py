@@ -47,15 +47,17 @@ def load(directory: Path) -> dict:
         data = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
         return {"groups": {}}
-    return data if isinstance(data.get("groups"), dict) else {"groups": {}}
+    return data if isinstance(data, dict) and isinstance(data.get("groups"), dict) else {"groups": {}}
 
 
 def group_ok(directory: Path, recorded: dict, group: str, version: str) -> bool:
     """True when every file of the group is present with its recorded size and SHA-256."""
     entry = recorded["groups"].get(group)
-    if not entry or entry.get("version") != version or not entry.get("files"):
-        return False
+    if not isinstance(entry, dict) or entry.get("version") != version or not isinstance(entry.get("files"), dict):
+        return False  # missing, another version, or a hand-edited entry we cannot trust
     for name, info in entry["files"].items():
+        if not isinstance(info, dict) or not {"size", "sha256"} <= set(info):
+            return False
         path = directory / name
         try:
             if path.stat().st_size != info["size"] or sha256_file(path) != info["sha256"]:

@@ -166,3 +166,34 @@ def test_component_that_fails_to_start_is_named_with_its_log(local_cluster, tmp_
     assert "Traceback" not in err + out
     assert not state.cluster_dir(name).exists()
     assert process.processes_of(state.cluster_dir(name)) == []
+
+
+def test_port_taken_by_another_program_names_the_component(local_cluster, dra_run_id, monkeypatch):
+    import socket
+
+    from harness.backends.local import ports
+    from harness.errors import ComponentError
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    real_allocate = ports.allocate
+
+    def allocate_with_a_taken_apiserver_port(names, reserved=frozenset(), rng=None):
+        chosen = real_allocate(names, reserved, rng)
+        chosen["kube-apiserver"] = taken
+        return chosen
+
+    monkeypatch.setattr(ports, "allocate", allocate_with_a_taken_apiserver_port)
+    name = f"port-{dra_run_id[:6]}"
+    try:
+        with pytest.raises(ComponentError) as failure:
+            LocalBackend().up(UpOptions(name=name, nodes=1))
+    finally:
+        squatter.close()
+    assert failure.value.component == "kube-apiserver"
+    assert "address already in use" in str(failure.value)
+    assert str(failure.value.log_file).endswith("kube-apiserver.log")
+    assert not state.cluster_dir(name).exists()
+    assert process.processes_of(state.cluster_dir(name)) == []

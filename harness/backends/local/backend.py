@@ -19,6 +19,7 @@ from harness import binaries as binaries_mod
 from harness.backends.base import Backend, ClusterInfo, ClusterStatus, ComponentStatus
 from harness.backends.local import components, kubeconfig, nodes, pki, ports, process, state
 from harness.config import featuregates
+from harness.config.cluster import ClusterDefinition
 from harness.errors import ComponentError, ConfigError, HarnessError, Problem
 from harness.k8s.client import Clients, https_get, tls_context
 from harness.progress import Reporter
@@ -39,6 +40,7 @@ class UpOptions:
     keep_on_failure: bool = False
     node_timeout: float = 300.0
     verbosity: int = 1
+    definition: ClusterDefinition | None = None  # node pools, preset and fake driver from clusters/*.yaml
 
 
 def known_gates(binset: binaries_mod.BinarySet) -> set[str]:
@@ -65,8 +67,12 @@ class LocalBackend(Backend):
         if options.nodes < 0:
             raise ConfigError([Problem("--nodes", str(options.nodes), "must be 0 or more")])
         matrix = featuregates.load_matrix(options.versions.kubernetes)
-        gate_args = dict(preset=options.preset, gate_overrides=options.feature_gates,
-                         runtime_overrides=options.runtime_config)
+        definition = options.definition
+        gate_args = dict(preset=options.preset or (definition.preset if definition else None),
+                         gate_overrides=",".join(filter(None, [definition.gates_flag() if definition else "",
+                                                               options.feature_gates])),
+                         runtime_overrides=",".join(filter(None, [definition.runtime_flag() if definition else "",
+                                                                  options.runtime_config])))
         featuregates.resolve(matrix, **gate_args)
         self._clear_stale(name)
         binset = binaries_mod.ensure(options.versions, source=options.binary_source,
@@ -75,11 +81,13 @@ class LocalBackend(Backend):
 
         started = time.monotonic()
         allocated = ports.allocate(components.PORT_NAMES, reserved=state.reserved_ports(except_name=name))
+        node_specs = nodes.from_definition(definition) if definition else nodes.default_nodes(options.nodes)
         cluster = state.create(name, {"backend": self.name, "phase": "starting", "ports": allocated,
                                       "binaries": str(binset.directory), "kubernetesVersion": options.versions.kubernetes,
-                                      "features": features.to_dict(), "nodes": options.nodes})
+                                      "features": features.to_dict(), "nodes": len(node_specs),
+                                      "definition": definition.source if definition else None})
         try:
-            self._start(cluster, binset, features, allocated, options)
+            self._start(cluster, binset, features, allocated, options, node_specs)
         except BaseException:
             if options.keep_on_failure:
                 cluster.data["phase"] = "failed"
@@ -106,7 +114,8 @@ class LocalBackend(Backend):
         self.reporter.info(f"removing stale state of cluster {name!r} (its processes are gone)")
         state.remove(existing)
 
-    def _start(self, cluster: state.ClusterState, binset, features, allocated, options: UpOptions) -> None:
+    def _start(self, cluster: state.ClusterState, binset, features, allocated, options: UpOptions,
+               node_specs: list[nodes.NodeSpec]) -> None:
         with self.reporter.step("creating certificates and kubeconfigs"):
             keys = pki.create(cluster.directory / "pki", cluster.name)
             layout = components.ClusterLayout(cluster.name, cluster.directory, binset, features, allocated, keys,
@@ -124,37 +133,47 @@ class LocalBackend(Backend):
                     running.append((component, process.start(component.name, component.argv, cluster.directory,
                                                              component.env)))
                 self._wait_healthy(running, tls)
-        if options.nodes:
+        if node_specs:
             clients = Clients(layout.kubeconfig("admin"))
             try:
-                specs = nodes.default_nodes(options.nodes)
-                nodes.create(clients.core, specs, self.reporter)
-                nodes.wait_ready(clients.core, {s.name for s in specs}, self.reporter, options.node_timeout,
+                nodes.create(clients.core, node_specs, self.reporter)
+                nodes.wait_ready(clients.core, {s.name for s in node_specs}, self.reporter, options.node_timeout,
                                  check_alive=lambda: self._check_alive(cluster.directory))
             finally:
                 clients.close()
+        if options.definition and options.definition.profiles:
+            driver = components.fake_devices(layout, options.definition)
+            with self.reporter.step(f"publishing devices ({', '.join(sorted(options.definition.profiles))})"):
+                for rel, content in driver.files.items():
+                    (cluster.directory / rel).write_text(content)
+                running = process.start(driver.name, driver.argv, cluster.directory, driver.env)
+                self._wait_healthy([(driver, running)], tls, timeout=options.node_timeout)
 
-    def _wait_healthy(self, running, tls) -> None:
+    def _wait_healthy(self, running, tls, timeout: float = START_TIMEOUT) -> None:
         pending = {component.name: (component, proc) for component, proc in running}
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + timeout
         while pending:
             for name, (component, proc) in list(pending.items()):
                 if not process.alive(proc):
                     code = process.exit_code(proc)
                     raise ComponentError(name, f"exited during start{'' if code is None else f' with code {code}'}",
                                          log_file=proc.log, log_tail=process.tail(proc.log))
-                try:
-                    status, _ = https_get(component.health_url, tls if component.health_url.startswith("https") else None,
-                                          timeout=2)
-                except OSError:
-                    status = 0
-                if status == 200:
+                if component.ready_line:
+                    healthy = component.ready_line in process.tail(proc.log, lines=5)
+                else:
+                    try:
+                        status, _ = https_get(component.health_url,
+                                              tls if component.health_url.startswith("https") else None, timeout=2)
+                    except OSError:
+                        status = 0
+                    healthy = status == 200
+                if healthy:
                     del pending[name]
             if not pending:
                 return
             if time.monotonic() > deadline:
                 name, (component, proc) = next(iter(pending.items()))
-                raise ComponentError(name, f"not healthy after {START_TIMEOUT:.0f}s ({component.health_url})",
+                raise ComponentError(name, f"not ready after {timeout:.0f}s ({component.health_url or 'no ready line'})",
                                      log_file=proc.log, log_tail=process.tail(proc.log))
             time.sleep(0.1)
 

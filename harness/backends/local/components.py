@@ -46,8 +46,9 @@ class ClusterLayout:
 class Component:
     name: str
     argv: list[str]
-    health_url: str  # polled until it answers 200
+    health_url: str | None  # polled until it answers 200 ...
     env: dict[str, str] = field(default_factory=dict)
+    ready_line: str | None = None  # ... or, for components without an endpoint, a line in their log
     files: dict[str, str] = field(default_factory=dict)  # config files (relative path -> content) to write first
 
 
@@ -146,8 +147,24 @@ def kwok(layout: ClusterLayout) -> Component:
                      files={"kwok.yaml": kwok_stages.config_yaml()})
 
 
+def fake_devices(layout: ClusterLayout, definition) -> Component:
+    """The fake DRA driver (control-plane half) publishing the definition's profiles."""
+    import sys
+
+    from fake_devices import config as driver_config
+
+    settings = definition.driver
+    config = driver_config.DriverConfig(instance=settings.instance, domain=settings.domain,
+                                        profiles=definition.profiles,
+                                        extended_resources=dict(settings.extended_resources))
+    argv = [sys.executable, "-m", "fake_devices", f"--config={layout.directory / 'fake-driver.yaml'}",
+            f"--kubeconfig={layout.kubeconfig('admin')}"]
+    return Component("fake-devices", argv, None, ready_line="ready",
+                     files={"fake-driver.yaml": driver_config.to_yaml(config)})
+
+
 # Reverse of the start order: clients of the apiserver first, etcd last.
-STOP_ORDER = [["kwok", "kube-scheduler", "kube-controller-manager"], ["kube-apiserver"], ["etcd"]]
+STOP_ORDER = [["fake-devices", "kwok", "kube-scheduler", "kube-controller-manager"], ["kube-apiserver"], ["etcd"]]
 
 
 def plan(layout: ClusterLayout) -> list[list[Component]]:

@@ -47,8 +47,42 @@ class NodeSpec:
         }
 
 
+ZONES = ("zone-a", "zone-b", "zone-c")
+
+
 def default_nodes(count: int, pool: str = "default", prefix: str = "kwok-node") -> list[NodeSpec]:
-    return [NodeSpec(f"{prefix}-{i}", pool=pool) for i in range(count)]
+    """`count` nodes spread round-robin over three zones, so topology-spread behaviour can be tested."""
+    return [NodeSpec(f"{prefix}-{i}", pool=pool, labels={"topology.kubernetes.io/region": "local",
+                                                         "topology.kubernetes.io/zone": ZONES[i % len(ZONES)]})
+            for i in range(count)]
+
+
+def _cpu_count(cpu_list: str) -> int:
+    total = 0
+    for part in cpu_list.split(","):
+        first, _, last = part.partition("-")
+        total += int(last or first) - int(first) + 1
+    return total
+
+
+def from_definition(definition) -> list[NodeSpec]:
+    """Nodes of every pool, named `<pool>-<i>`, with the profile's CPUs and memory as capacity."""
+    from fake_devices.config import PROFILE_LABEL
+    from fake_devices.schema import quantity_value
+
+    specs = []
+    for pool in definition.pools:
+        extra = dict(pool.labels)
+        cpu, memory = "64", "512Gi"
+        if pool.profile:
+            extra[PROFILE_LABEL] = pool.profile.name
+            cpu = str(sum(_cpu_count(n.cpus) for n in pool.profile.numa_nodes))
+            memory = str(int(sum(quantity_value(n.memory) for n in pool.profile.numa_nodes)))
+        for i in range(pool.count):
+            labels = {"topology.kubernetes.io/region": "local", "topology.kubernetes.io/zone": ZONES[i % len(ZONES)],
+                      **extra}
+            specs.append(NodeSpec(f"{pool.name}-{i}", pool=pool.name, labels=labels, cpu=cpu, memory=memory))
+    return specs
 
 
 def create(core: kubernetes.client.CoreV1Api, specs: list[NodeSpec], reporter: Reporter, workers: int = 16) -> None:

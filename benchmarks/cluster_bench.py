@@ -1,0 +1,106 @@
+"""Benchmarks of the local backend (results go to BENCHMARKS.md; see the method there).
+
+    .venv/bin/python benchmarks/cluster_bench.py start   [--runs 5]
+    .venv/bin/python benchmarks/cluster_bench.py nodes   [--nodes 10 1000] [--settle 30]
+    .venv/bin/python benchmarks/cluster_bench.py verify
+
+`start`: wall time of the `dra-harness cluster up --nodes 3` command (a fresh process each time,
+binaries cached), then `cluster down`. `nodes`: for each size, start a cluster with no nodes, time
+creating N KWOK nodes until all are Ready, let it idle for --settle seconds, then sum the RSS of every
+component process. `verify`: time to check the SHA-256 of the cached binaries (done on every `up`).
+Every cluster is stopped at the end, also on error or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import psutil
+
+from harness import binaries
+from harness.backends.local import LocalBackend, nodes, process, state
+from harness.backends.local.backend import UpOptions
+from harness.binaries import manifest
+from harness.k8s.client import Clients
+from harness.progress import Reporter
+
+
+def bench_start(runs: int) -> dict:
+    times = []
+    for i in range(runs):
+        name = f"bench-start-{i}"
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-m", "harness.cli", "-q", "cluster", "up", "--name", name, "--nodes", "3"],
+                       check=True, stdout=subprocess.DEVNULL)
+        times.append(time.monotonic() - started)
+        subprocess.run([sys.executable, "-m", "harness.cli", "cluster", "down", "--name", name], check=True,
+                       stdout=subprocess.DEVNULL)
+    return {"runs": [round(t, 2) for t in times], "median": round(statistics.median(times), 2)}
+
+
+def rss_by_component(name: str) -> dict[str, float]:
+    result = {}
+    for running in process.recorded(state.cluster_dir(name)).values():
+        try:
+            result[running.name] = round(psutil.Process(running.pid).memory_info().rss / 2**20, 1)
+        except psutil.Error:
+            result[running.name] = float("nan")
+    return result
+
+
+def bench_nodes(sizes: list[int], settle: float) -> dict:
+    results = {}
+    for size in sizes:
+        name = f"bench-nodes-{size}"
+        backend = LocalBackend(Reporter(quiet=True))
+        info = backend.up(UpOptions(name=name, nodes=0))
+        clients = Clients(info.kubeconfig)
+        try:
+            specs = nodes.default_nodes(size)
+            started = time.monotonic()
+            nodes.create(clients.core, specs, Reporter(quiet=True), workers=16)
+            created = time.monotonic() - started
+            nodes.wait_ready(clients.core, {s.name for s in specs}, Reporter(quiet=True), timeout=900)
+            ready = time.monotonic() - started
+            time.sleep(settle)  # benchmark method: measure memory after a fixed idle period
+            rss = rss_by_component(name)
+            results[size] = {"create_seconds": round(created, 1), "all_ready_seconds": round(ready, 1),
+                             "rss_mib": rss, "rss_total_mib": round(sum(rss.values()), 1)}
+        finally:
+            clients.close()
+            backend.down(name)
+    return results
+
+
+def bench_verify() -> dict:
+    binset = binaries.locate()
+    total = sum(binset.path(n).stat().st_size for n in binaries.ALL_BINARIES)
+    started = time.monotonic()
+    for name in binaries.ALL_BINARIES:
+        manifest.sha256_file(binset.path(name))
+    return {"bytes": total, "seconds": round(time.monotonic() - started, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("what", choices=["start", "nodes", "verify"])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[10, 1000])
+    parser.add_argument("--settle", type=float, default=30.0)
+    args = parser.parse_args()
+    if args.what == "start":
+        result = bench_start(args.runs)
+    elif args.what == "nodes":
+        result = bench_nodes(args.nodes, args.settle)
+    else:
+        result = bench_verify()
+    print(json.dumps({args.what: result}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

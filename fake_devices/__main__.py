@@ -1,0 +1,50 @@
+"""Run a fake-driver instance until SIGTERM: `python -m fake_devices --config driver.yaml`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+import kubernetes
+
+from fake_devices import config as driver_config
+from fake_devices.controller import FakeDriver
+from fake_devices.errors import InvalidInput
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fake_devices", description="fake DRA driver (control-plane half)")
+    parser.add_argument("--config", required=True, help="FakeDriverConfig YAML file")
+    parser.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
+    parser.add_argument("--delete-on-exit", action="store_true", help="remove this instance's slices when stopping")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
+    try:
+        config = driver_config.load(args.config)
+    except InvalidInput as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.kubeconfig:
+        api_client = kubernetes.config.new_client_from_config(config_file=args.kubeconfig)
+    else:
+        kubernetes.config.load_incluster_config()
+        api_client = kubernetes.client.ApiClient()
+    api_client.configuration.connection_pool_maxsize = config.workers + 8
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    driver = FakeDriver(config, api_client).start()
+    driver.wait_idle(timeout=600)
+    logging.info("published slices for %d nodes of instance %s", len(driver._nodes), config.instance)
+    print("ready", flush=True)  # the harness waits for this line
+    stopping.wait()
+    driver.stop(delete_slices=args.delete_on_exit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

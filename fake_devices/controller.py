@@ -1,0 +1,363 @@
+"""The control-plane half of the fake driver: keeps every node's ResourceSlices as its profile and
+its injected faults say.
+
+Three watches (nodes, this instance's slices, the fault ConfigMap) mark nodes dirty; worker threads
+reconcile dirty nodes: render the desired slices (fake_devices.render), diff them against the
+server's (fake_devices.plan), and write only the difference. Restart-safe: slices are found again by
+their instance label and stable names, so a restarted driver rewrites nothing that is already right.
+The same class runs as a long-lived process (python -m fake_devices) and inside tests as threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from fake_devices import render
+from fake_devices.config import PROFILE_LABEL, DriverConfig
+from fake_devices.faults import parse_faults
+from fake_devices.plan import plan_pool
+
+log = logging.getLogger("fake_devices")
+INSTANCE_LABEL = "dra-harness.x-k8s.io/fake-driver-instance"
+RESYNC_SECONDS = 300  # a full pass now and then repairs anything a missed watch event left behind
+
+
+class FakeDriver:
+    def __init__(self, config: DriverConfig, api_client: kubernetes.client.ApiClient):
+        self.config = config
+        self.drivers = render.Drivers(config.domain)
+        self.api = api_client
+        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.resource = kubernetes.client.ResourceV1Api(api_client)
+        self._lock = threading.Lock()
+        self._nodes: dict[str, tuple[str, str]] = {}  # node -> (uid, profile name)
+        self._faults: dict[str, dict[str, str]] = {}  # node -> device -> fault kind
+        self._slices: dict[str, dict[str, dict]] = defaultdict(dict)  # node -> slice name -> slice dict
+        self._dirty: queue.Queue[str | None] = queue.Queue()
+        self._queued: set[str] = set()  # waiting in the queue
+        self._processing: set[str] = set()  # being reconciled by a worker right now
+        self._redo: set[str] = set()  # marked while being reconciled: queue again afterwards
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._idle = threading.Condition(self._lock)
+        self.errors: list[str] = []
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> "FakeDriver":
+        if self.config.device_classes:
+            self.ensure_device_classes()
+        self._initial_sync()
+        for target, name in ((self._watch_nodes, "nodes"), (self._watch_slices, "slices"),
+                             (self._watch_faults, "faults"), (self._resync_loop, "resync")):
+            self._spawn(target, f"watch-{name}")
+        for i in range(self.config.workers):
+            self._spawn(self._worker, f"worker-{i}")
+        return self
+
+    def stop(self, *, delete_slices: bool = False) -> None:
+        self._stop.set()
+        for _ in range(self.config.workers):
+            self._dirty.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if delete_slices:
+            self.delete_everything()
+
+    def __enter__(self) -> "FakeDriver":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop(delete_slices=True)
+
+    def _spawn(self, target, name: str) -> None:
+        thread = threading.Thread(target=target, name=f"fake-devices-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # --- public helpers -------------------------------------------------------------------------
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Block until no node is queued or being reconciled (used by tests and benchmarks)."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._queued or self._processing:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+        return True
+
+    def profile_for(self, node: str) -> str | None:
+        if self.config.nodes:
+            return self.config.nodes.get(node)
+        return None  # label-selected: looked up from the node object
+
+    def ensure_device_classes(self) -> list[str]:
+        """One DeviceClass per device type present in the profiles (`<instance>-<type>`)."""
+        names = []
+        for device_type, driver in self._device_types().items():
+            name = f"{self.config.instance}-{device_type}"
+            attr = f'device.attributes["{driver}"].type'
+            spec: dict = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}" && {attr} == "{device_type}"'}}]}
+            if device_type in self.config.extended_resources:
+                spec["extendedResourceName"] = self.config.extended_resources[device_type]
+            body = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                    "metadata": {"name": name, "labels": {INSTANCE_LABEL: self.config.instance}}, "spec": spec}
+            try:
+                self.resource.create_device_class(body)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                current = self.resource.read_device_class(name)
+                body["metadata"]["resourceVersion"] = current.metadata.resource_version
+                self.resource.replace_device_class(name, body)
+            names.append(name)
+        return names
+
+    def delete_everything(self) -> None:
+        """Remove every slice and DeviceClass of this instance (clean shutdown of a test driver)."""
+        selector = f"{INSTANCE_LABEL}={self.config.instance}"
+        for item in self.resource.list_resource_slice(label_selector=selector).items:
+            _ignore_missing(self.resource.delete_resource_slice, item.metadata.name)
+        for item in self.resource.list_device_class(label_selector=selector).items:
+            _ignore_missing(self.resource.delete_device_class, item.metadata.name)
+
+    def _device_types(self) -> dict[str, str]:
+        types: dict[str, str] = {}
+        for prof in self.config.profiles.values():
+            for group in prof.gpus:
+                types["gpu"] = self.drivers.gpu
+                if group.mig_mode != "none":
+                    types["mig"] = self.drivers.gpu
+            for group in prof.storage:
+                types[group.kind] = self.drivers.storage
+            if prof.nics:
+                types["nic"] = self.drivers.nic
+        return types
+
+    # --- state from the API ---------------------------------------------------------------------
+
+    def _node_profile(self, node) -> str | None:
+        explicit = self.profile_for(node.metadata.name)
+        if self.config.nodes:
+            return explicit
+        return (node.metadata.labels or {}).get(PROFILE_LABEL)
+
+    def _initial_sync(self) -> None:
+        for node in self.core.list_node().items:
+            self._remember_node(node)
+        self._load_faults()
+        selector = f"{INSTANCE_LABEL}={self.config.instance}"
+        for item in self.resource.list_resource_slice(label_selector=selector).items:
+            obj = self.api.sanitize_for_serialization(item)
+            self._slices[obj["spec"].get("nodeName") or ""][obj["metadata"]["name"]] = obj
+        for node in set(self._nodes) | set(self._slices):
+            self._mark(node)
+
+    def _remember_node(self, node) -> bool:
+        name = node.metadata.name
+        profile_name = self._node_profile(node)
+        with self._lock:
+            before = self._nodes.get(name)
+            if profile_name in self.config.profiles:
+                self._nodes[name] = (node.metadata.uid, profile_name)
+            else:
+                self._nodes.pop(name, None)
+            return before != self._nodes.get(name)
+
+    def _load_faults(self) -> None:
+        try:
+            cm = self.core.read_namespaced_config_map(self.config.faults_configmap, self.config.namespace)
+            data = cm.data or {}
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            data = {}
+        self._apply_faults(data)
+
+    def _apply_faults(self, data: dict[str, str]) -> None:
+        parsed = {node: parse_faults(text) for node, text in data.items()}
+        with self._lock:
+            changed = {n for n in set(parsed) | set(self._faults) if parsed.get(n, {}) != self._faults.get(n, {})}
+            self._faults = parsed
+        for node in changed:
+            self._mark(node)
+
+    # --- watches --------------------------------------------------------------------------------
+
+    def _watch_forever(self, list_call, on_event, **kwargs) -> None:
+        resource_version = None
+        while not self._stop.is_set():
+            watch = kubernetes.watch.Watch()
+            try:
+                if resource_version is None:
+                    resource_version = list_call(**kwargs).metadata.resource_version
+                for event in watch.stream(list_call, resource_version=resource_version, timeout_seconds=30,
+                                          allow_watch_bookmarks=True, **kwargs):
+                    if self._stop.is_set():
+                        break
+                    obj = event["object"]
+                    resource_version = obj.metadata.resource_version
+                    if event["type"] != "BOOKMARK":
+                        on_event(event["type"], obj)
+            except ApiException as err:
+                if err.status == 410:  # too old: list again
+                    resource_version = None
+                    self._mark_all()
+                elif not self._stop.is_set():
+                    log.warning("watch failed: %s %s", err.status, err.reason)
+                    self._stop.wait(1)
+            except Exception as err:  # connection drops: retry after a pause
+                if not self._stop.is_set():
+                    log.warning("watch error: %s", err)
+                    self._stop.wait(1)
+            finally:
+                watch.stop()
+
+    def _watch_nodes(self) -> None:
+        def on_node(kind: str, node) -> None:
+            if kind == "DELETED":
+                with self._lock:
+                    known = self._nodes.pop(node.metadata.name, None)
+                if known:
+                    self._mark(node.metadata.name)
+            elif self._remember_node(node):
+                self._mark(node.metadata.name)
+
+        self._watch_forever(self.core.list_node, on_node)
+
+    def _watch_slices(self) -> None:
+        def on_slice(kind: str, item) -> None:
+            obj = self.api.sanitize_for_serialization(item)
+            node, name = obj["spec"].get("nodeName") or "", obj["metadata"]["name"]
+            with self._lock:
+                known = self._slices[node].get(name)
+                if kind == "DELETED":
+                    self._slices[node].pop(name, None)
+                else:
+                    self._slices[node][name] = obj
+            # A change we did not make ourselves (deleted, edited by someone): check the node again.
+            # Echoes of our own writes carry the resourceVersion we stored, and are skipped.
+            if kind == "DELETED" or known is None or known["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+                self._mark(node)
+
+        self._watch_forever(self.resource.list_resource_slice, on_slice,
+                            label_selector=f"{INSTANCE_LABEL}={self.config.instance}")
+
+    def _watch_faults(self) -> None:
+        def on_configmap(kind: str, cm) -> None:
+            if cm.metadata.name == self.config.faults_configmap:
+                self._apply_faults({} if kind == "DELETED" else (cm.data or {}))
+
+        self._watch_forever(self.core.list_namespaced_config_map, on_configmap, namespace=self.config.namespace,
+                            field_selector=f"metadata.name={self.config.faults_configmap}")
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(RESYNC_SECONDS):
+            self._mark_all()
+
+    # --- reconcile ------------------------------------------------------------------------------
+
+    def _mark(self, node: str) -> None:
+        """Queue a node for reconciliation. A node is never reconciled by two workers at once: one
+        marked while in progress is queued again when its worker finishes (workqueue semantics)."""
+        with self._lock:
+            if node in self._queued:
+                return
+            if node in self._processing:
+                self._redo.add(node)
+                return
+            self._queued.add(node)
+        self._dirty.put(node)
+
+    def _mark_all(self) -> None:
+        with self._lock:
+            nodes = set(self._nodes) | {n for n, s in self._slices.items() if s}
+        for node in nodes:
+            self._mark(node)
+
+    def _worker(self) -> None:
+        while True:
+            node = self._dirty.get()
+            if node is None:
+                return
+            with self._lock:
+                self._queued.discard(node)
+                self._processing.add(node)
+            failed = False
+            try:
+                self.reconcile(node)
+            except Exception as err:
+                failed = True
+                detail = f"{err.status} {err.reason}" if isinstance(err, ApiException) else str(err)
+                log.warning("reconcile %s failed: %s", node, detail)
+                self.errors.append(f"{node}: {detail}")
+            finally:
+                with self._idle:
+                    self._processing.discard(node)
+                    again = node in self._redo
+                    self._redo.discard(node)
+                    self._idle.notify_all()
+            if again:
+                self._mark(node)
+            elif failed and not self._stop.is_set():
+                threading.Timer(1.0, self._mark, args=(node,)).start()  # retry soon
+
+    def desired(self, node: str) -> dict[str, list[dict]]:
+        with self._lock:
+            entry = self._nodes.get(node)
+            faults = dict(self._faults.get(node, {}))
+        if entry is None:
+            return {}
+        uid, profile_name = entry
+        return render.render_node(self.config.profiles[profile_name], node, self.drivers, faults=faults,
+                                  node_uid=uid, instance=self.config.instance)
+
+    def reconcile(self, node: str) -> None:
+        desired = self.desired(node)
+        with self._lock:
+            actual_all = list(self._slices.get(node, {}).values())
+        for driver in set(desired) | {s["spec"]["driver"] for s in actual_all}:
+            actual = [s for s in actual_all if s["spec"]["driver"] == driver]
+            plan = plan_pool(desired.get(driver, []), actual)
+            for body in plan.create:
+                self._store(node, self.resource.create_resource_slice(body))
+            for body, resource_version in plan.update:
+                body = {**body, "metadata": {**body["metadata"], "resourceVersion": resource_version}}
+                try:
+                    self._store(node, self.resource.replace_resource_slice(body["metadata"]["name"], body))
+                except ApiException as err:
+                    if err.status == 409:
+                        self._refresh(node)  # someone wrote in between: re-read; the retry uses fresh state
+                    raise
+            for name in plan.delete:
+                _ignore_missing(self.resource.delete_resource_slice, name)
+                with self._lock:
+                    self._slices[node].pop(name, None)
+
+    def _store(self, node: str, item) -> None:
+        obj = self.api.sanitize_for_serialization(item)
+        with self._lock:
+            self._slices[node][obj["metadata"]["name"]] = obj
+
+    def _refresh(self, node: str) -> None:
+        items = self.resource.list_resource_slice(label_selector=f"{INSTANCE_LABEL}={self.config.instance}",
+                                                  field_selector=f"spec.nodeName={node}").items
+        with self._lock:
+            self._slices[node] = {i.metadata.name: self.api.sanitize_for_serialization(i) for i in items}
+
+
+def _ignore_missing(call, *args) -> None:
+    try:
+        call(*args)
+    except ApiException as err:
+        if err.status != 404:
+            raise

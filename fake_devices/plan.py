@@ -1,0 +1,75 @@
+"""What to change so a node's published slices match the desired ones: a pure function.
+
+Slices are compared by what a driver controls (devices, counters, taints), not by what the server
+adds (resourceVersion, timestamps, taint timeAdded). When anything in a pool differs, every slice of
+the pool is rewritten with a higher generation, because the scheduler only trusts a pool whose
+slices all carry its newest generation; when nothing differs, nothing is written, which is what makes
+a restarted driver leave its slices exactly as they were.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Plan:
+    create: list[dict] = field(default_factory=list)
+    update: list[tuple[dict, str]] = field(default_factory=list)  # (desired with new generation, resourceVersion)
+    delete: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.create or self.update or self.delete)
+
+
+def _device_view(device: dict) -> dict:
+    view = {k: device[k] for k in ("name", "attributes", "capacity", "consumesCounters", "allowMultipleAllocations")
+            if device.get(k) not in (None, [], {}, False)}
+    taints = [{k: t.get(k) for k in ("key", "value", "effect")} for t in device.get("taints") or []]
+    if taints:
+        view["taints"] = taints
+    return view
+
+
+def content(slice_obj: dict) -> dict:
+    """The part of a slice that the driver decides (comparable between desired and server copies)."""
+    spec = slice_obj.get("spec") or {}
+    return {"driver": spec.get("driver"), "nodeName": spec.get("nodeName"),
+            "pool": (spec.get("pool") or {}).get("name"),
+            "resourceSliceCount": (spec.get("pool") or {}).get("resourceSliceCount"),
+            "devices": [_device_view(d) for d in spec.get("devices") or []],
+            "sharedCounters": spec.get("sharedCounters") or [],
+            "owner": [(o.get("kind"), o.get("name")) for o in (slice_obj.get("metadata") or {}).get("ownerReferences")
+                      or []]}
+
+
+def generation_of(slice_obj: dict) -> int:
+    return int(((slice_obj.get("spec") or {}).get("pool") or {}).get("generation") or 0)
+
+
+def with_generation(slice_obj: dict, generation: int) -> dict:
+    spec = dict(slice_obj["spec"])
+    spec["pool"] = {**spec["pool"], "generation": generation}
+    return {**slice_obj, "spec": spec}
+
+
+def plan_pool(desired: list[dict], actual: list[dict]) -> Plan:
+    """desired/actual: the slices of one pool (one driver on one node), as API dicts."""
+    want = {s["metadata"]["name"]: s for s in desired}
+    have = {s["metadata"]["name"]: s for s in actual}
+    generations = {generation_of(s) for s in actual}
+    consistent = len(generations) <= 1
+    same = consistent and want.keys() == have.keys() and all(content(want[n]) == content(have[n]) for n in want)
+    plan = Plan()
+    if same:
+        return plan
+    generation = max(generations | {0}) + 1
+    for name, slice_obj in want.items():
+        if name in have:
+            plan.update.append((with_generation(slice_obj, generation),
+                                have[name]["metadata"].get("resourceVersion") or ""))
+        else:
+            plan.create.append(with_generation(slice_obj, generation))
+    plan.delete = sorted(set(have) - set(want))
+    return plan

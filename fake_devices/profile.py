@@ -1,0 +1,388 @@
+"""Node profiles: the hardware of one node model, declared in YAML, checked, and held as data.
+
+A profile names NUMA nodes (CPUs, memory, the PCIe roots behind them) and groups of devices attached
+to them: GPUs (optionally MIG-partitioned), storage (NVMe drives, persistent memory, CXL memory) and
+NICs. A group's `attach` list says where its devices sit: device i of a group of `count` goes to
+`attach[i * len(attach) // count]`, so 8 GPUs over 4 roots put two behind each root. A PCIe root
+belongs to the NUMA node that lists it, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from fake_devices import mig
+from fake_devices.errors import InvalidInput, Problem
+from fake_devices.schema import DNS_LABEL, Reader, is_qualified_name, quantity_value
+
+API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
+KIND = "NodeProfile"
+BUILTIN_DIR = Path(__file__).resolve().parent / "profiles"
+PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+MIG_MODES = ("none", "dynamic", "fixed")
+STORAGE_KINDS = ("nvme", "pmem", "cxl-memory")
+STANDARD_PREFIX = "resource.kubernetes.io/"
+
+# Known GPU models: what a profile gets unless it says otherwise.
+GPU_MODELS = {
+    "H100-SXM5-80GB": {"memory": "80Gi", "multiprocessors": 132, "architecture": "Hopper", "computeCapability": "9.0"},
+    "A100-SXM4-80GB": {"memory": "80Gi", "multiprocessors": 108, "architecture": "Ampere", "computeCapability": "8.0"},
+    "L40S": {"memory": "48Gi", "multiprocessors": 142, "architecture": "Ada", "computeCapability": "8.9"},
+    "T4": {"memory": "16Gi", "multiprocessors": 40, "architecture": "Turing", "computeCapability": "7.5"},
+}
+
+
+@dataclass(frozen=True)
+class Attachment:
+    numa_node: int
+    pcie_root: str | None  # None for memory-bus devices (persistent memory)
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    id: int
+    cpus: str
+    memory: str
+    pcie_roots: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MigPartition:
+    profile: str
+    start: int
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    model: str
+    count: int
+    memory: str
+    multiprocessors: int
+    architecture: str
+    compute_capability: str
+    attach: tuple[Attachment, ...]
+    interconnect: str | None = None  # e.g. an NVLink/NVSwitch domain shared by the group
+    mig_mode: str = "none"
+    partitions: tuple[MigPartition, ...] = ()
+    prefix: str = "gpu"
+    attributes: dict = field(default_factory=dict)  # extra vendor attributes, already in API form
+
+    def mig_table(self) -> dict[str, mig.MigProfile]:
+        return mig.TABLES.get(self.model, {})
+
+
+@dataclass(frozen=True)
+class StorageGroup:
+    kind: str
+    model: str
+    count: int
+    capacity: str
+    attach: tuple[Attachment, ...]
+    shareable: bool = False
+    request_default: str | None = None
+    request_min: str | None = None
+    request_step: str | None = None
+    prefix: str = ""
+    attributes: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NicGroup:
+    model: str
+    count: int
+    bandwidth: str
+    attach: tuple[Attachment, ...]
+    prefix: str = "nic"
+    attributes: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    source: str
+    numa_nodes: tuple[NumaNode, ...]
+    gpus: tuple[GpuGroup, ...] = ()
+    storage: tuple[StorageGroup, ...] = ()
+    nics: tuple[NicGroup, ...] = ()
+    node_labels: dict[str, str] = field(default_factory=dict)
+
+    def numa(self, node_id: int) -> NumaNode:
+        return next(n for n in self.numa_nodes if n.id == node_id)
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+
+
+def resolve_path(name_or_path: str) -> Path:
+    """A built-in profile name or a path to a profile file."""
+    if name_or_path in builtin_names():
+        return BUILTIN_DIR / f"{name_or_path}.yaml"
+    return Path(name_or_path)
+
+
+def load(name_or_path: str) -> Profile:
+    path = resolve_path(name_or_path)
+    if not path.is_file():
+        raise InvalidInput([Problem(str(name_or_path), "(file)", "no such profile file or built-in profile",
+                                    ", ".join(builtin_names()))])
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "(document)"
+        raise InvalidInput([Problem(str(path), where, f"not valid YAML: {getattr(err, 'problem', err)}")]) from None
+    return parse(data, str(path))
+
+
+def parse(data, source: str) -> Profile:
+    """Validate a profile document; raise InvalidInput listing every problem."""
+    problems: list[Problem] = []
+    top = Reader(data, source, "", problems)
+    api_version = top.str("apiVersion", required=True)
+    if api_version is not None and api_version != API_VERSION:
+        top.fail("apiVersion", f"unsupported apiVersion {api_version!r}", API_VERSION)
+    kind = top.str("kind", required=True)
+    if kind is not None and kind != KIND:
+        top.fail("kind", f"expected {KIND}, not {kind!r}", KIND)
+    meta = top.mapping("metadata", required=True)
+    name = meta.str("name", required=True, pattern=DNS_LABEL, allowed="a DNS label: lowercase letters, digits, '-'")
+    meta.done()
+    spec = top.mapping("spec", required=True)
+    description = spec.str("description", default="") or ""
+    node_labels = {str(k): str(v) for k, v in spec.raw_mapping("nodeLabels").items()}
+
+    numa_nodes = _numa_nodes(spec, problems)
+    roots = {root: n.id for n in numa_nodes for root in n.pcie_roots}
+    numa_ids = {n.id for n in numa_nodes}
+    gpus = tuple(g for g in (_gpu_group(r, roots, numa_ids) for r in spec.list("gpus")) if g)
+    storage = tuple(s for s in (_storage_group(r, roots, numa_ids) for r in spec.list("storage")) if s)
+    nics = tuple(n for n in (_nic_group(r, roots, numa_ids) for r in spec.list("nics")) if n)
+    spec.done()
+    top.done()
+    if not (gpus or storage or nics) and not problems:
+        spec.fail("spec", "declares no devices", "at least one of gpus, storage, nics")
+
+    profile = Profile(name or "", description, source, numa_nodes, gpus, storage, nics, node_labels)
+    if not problems:
+        _check_names(profile, problems)
+    if not problems:
+        from fake_devices import render  # the limits depend on what a device publishes
+
+        problems.extend(render.check_limits(profile))
+    if problems:
+        raise InvalidInput(problems)
+    return profile
+
+
+def _numa_nodes(spec: Reader, problems: list[Problem]) -> tuple[NumaNode, ...]:
+    nodes = []
+    seen_ids: set[int] = set()
+    seen_roots: dict[str, str] = {}
+    readers = spec.list("numaNodes", required=True)
+    if not readers and "numaNodes" in spec.data:
+        spec.fail(spec.at("numaNodes"), "must list at least one NUMA node")
+    for r in readers:
+        node_id = r.int("id", required=True, minimum=0, maximum=1023)
+        cpus = r.str("cpus", required=True, pattern=CPU_LIST, allowed="a CPU list like 0-55,112-167")
+        memory = r.quantity("memory", required=True)
+        roots = []
+        for i, root in enumerate(r.scalars("pcieRoots")):
+            where = f"{r.at('pcieRoots')}[{i}]"
+            if not isinstance(root, str) or not PCIE_ROOT.match(root):
+                r.fail(where, f"{root!r} is not a PCIe root", "pci<domain>:<bus> in hex, e.g. pci0000:3a")
+            elif root in seen_roots:
+                r.fail(where, f"PCIe root {root} is already listed at {seen_roots[root]}")
+            else:
+                seen_roots[root] = where
+                roots.append(root)
+        r.done()
+        if node_id is not None:
+            if node_id in seen_ids:
+                r.fail(r.at("id"), f"duplicate NUMA node id {node_id}")
+            seen_ids.add(node_id)
+            nodes.append(NumaNode(node_id, cpus or "", memory or "", tuple(roots)))
+    return tuple(nodes)
+
+
+def _attachments(r: Reader, count: int | None, roots: dict[str, int], numa_ids: set[int],
+                 need_root: bool) -> tuple[Attachment, ...]:
+    result = []
+    for a in r.list("attach", required=True):
+        root = a.str("pcieRoot")
+        numa = a.int("numaNode", minimum=0)
+        a.done()
+        if root is not None:
+            if root not in roots:
+                a.fail(a.at("pcieRoot"), f"unknown PCIe root {root!r}", ", ".join(sorted(roots)) or "none declared")
+                continue
+            if numa is not None and numa != roots[root]:
+                a.fail(a.at("numaNode"), f"PCIe root {root} belongs to NUMA node {roots[root]}, not {numa}")
+                continue
+            result.append(Attachment(roots[root], root))
+        elif need_root:
+            a.fail(a.at("pcieRoot"), "is required for a PCIe device")
+        elif numa is None:
+            a.fail(a.path, "needs numaNode or pcieRoot")
+        elif numa not in numa_ids:
+            a.fail(a.at("numaNode"), f"unknown NUMA node {numa}", ", ".join(map(str, sorted(numa_ids))))
+        else:
+            result.append(Attachment(numa, None))
+    if count is not None and result and len(result) > count:
+        r.fail(r.at("attach"), f"lists {len(result)} places for {count} devices", f"at most {count}")
+    return tuple(result)
+
+
+def _extra_attributes(r: Reader) -> dict:
+    """`attributes: {name: value}` -> the API's typed form ({"int": 1}, {"string": "x"}, ...)."""
+    result = {}
+    for name, value in r.raw_mapping("attributes").items():
+        where = f"{r.at('attributes')}.{name}"
+        if not isinstance(name, str) or not is_qualified_name(name):
+            r.fail(where, f"{name!r} is not a qualified name", "a C identifier, optionally prefixed by a DNS domain and '/'")
+        elif name.startswith(STANDARD_PREFIX):
+            r.fail(where, "standard attributes are set from the topology, not by hand")
+        elif isinstance(value, bool):
+            result[name] = {"bool": value}
+        elif isinstance(value, int):
+            result[name] = {"int": value}
+        elif isinstance(value, str) and len(value) <= 64:
+            result[name] = {"string": value}
+        elif isinstance(value, dict) and list(value) == ["version"] and isinstance(value["version"], str):
+            result[name] = {"version": value["version"]}
+        else:
+            r.fail(where, f"unsupported attribute value {value!r}",
+                   "an integer, true/false, a string of at most 64 characters, or {version: X.Y.Z}")
+    return result
+
+
+def _gpu_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> GpuGroup | None:
+    model = r.str("model", required=True)
+    known = GPU_MODELS.get(model or "", {})
+    count = r.int("count", required=True, minimum=1, maximum=64)
+    memory = r.quantity("memory", default=known.get("memory"))
+    multiprocessors = r.int("multiprocessors", default=known.get("multiprocessors"), minimum=1)
+    architecture = r.str("architecture", default=known.get("architecture"))
+    capability = r.str("computeCapability", default=known.get("computeCapability"))
+    interconnect = r.str("interconnect", pattern=DNS_LABEL, allowed="a DNS label")
+    prefix = r.str("namePrefix", default="gpu", pattern=DNS_LABEL, allowed="a DNS label")
+    attach = _attachments(r, count, roots, numa_ids, need_root=True)
+    extra = _extra_attributes(r)
+    mig_reader = r.mapping("mig")
+    mode = mig_reader.str("mode", default="none", choices=MIG_MODES)
+    partitions = []
+    for p in mig_reader.list("partitions"):
+        partitions.append((p, p.str("profile", required=True), p.int("start", required=True, minimum=0)))
+        p.done()
+    mig_reader.done()
+    r.done()
+    if model and not known and (memory is None or multiprocessors is None or architecture is None):
+        r.fail(r.at("model"), f"unknown GPU model {model!r}: give memory, multiprocessors and architecture",
+               ", ".join(GPU_MODELS))
+        return None
+    if None in (model, count, memory, prefix) or not attach:
+        return None
+    table = mig.TABLES.get(model, {})
+    if mode != "none" and not table:
+        mig_reader.fail(mig_reader.at("mode"), f"{model} has no MIG profile table", ", ".join(mig.TABLES))
+        return None
+    if mode == "fixed" and not partitions:
+        mig_reader.fail(mig_reader.at("partitions"), "mode fixed needs at least one partition")
+    if mode != "fixed" and partitions:
+        mig_reader.fail(mig_reader.at("partitions"), "partitions are only used with mode fixed")
+    checked = _check_partitions(mig_reader, table, partitions) if mode == "fixed" else ()
+    return GpuGroup(model, count, memory, multiprocessors, architecture or "", capability or "", attach,
+                    interconnect, mode or "none", checked, prefix, extra)
+
+
+def _check_partitions(r: Reader, table: dict[str, mig.MigProfile], partitions) -> tuple[MigPartition, ...]:
+    used: dict[int, str] = {}
+    compute = 0
+    media = 0
+    result = []
+    for reader, name, start in partitions:
+        if name is None or start is None:
+            continue
+        profile = table.get(name)
+        if profile is None:
+            reader.fail(reader.at("profile"), f"unknown MIG profile {name!r}", ", ".join(table))
+            continue
+        if start not in profile.starts:
+            reader.fail(reader.at("start"), f"{name} cannot start at memory slice {start}",
+                        ", ".join(map(str, profile.starts)))
+            continue
+        clash = [f"{s} ({used[s]})" for s in profile.memory_slices(start) if s in used]
+        if clash:
+            reader.fail(reader.path, f"{name}@{start} overlaps memory slices {', '.join(clash)}")
+            continue
+        for s in profile.memory_slices(start):
+            used[s] = f"{name}@{start}"
+        compute += profile.compute
+        media += profile.media
+        result.append(MigPartition(name, start))
+    if compute > mig.COMPUTE_SLICES:
+        r.fail(r.at("partitions"), f"partitions use {compute} compute slices", f"at most {mig.COMPUTE_SLICES}")
+    if media > 1:
+        r.fail(r.at("partitions"), "more than one partition takes the GPU's single media (JPEG/OFA) unit",
+               "one +me or 7g partition")
+    return tuple(result)
+
+
+def _storage_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> StorageGroup | None:
+    kind = r.str("kind", required=True, choices=STORAGE_KINDS)
+    model = r.str("model", default=kind or "")
+    count = r.int("count", default=1, minimum=1, maximum=64)
+    capacity = r.quantity("capacity", required=True)
+    prefix = r.str("namePrefix", default=kind, pattern=DNS_LABEL, allowed="a DNS label")
+    attach = _attachments(r, count, roots, numa_ids, need_root=(kind == "nvme"))
+    extra = _extra_attributes(r)
+    sharing = r.mapping("sharing")
+    shareable = "sharing" in r.data
+    default = sharing.quantity("default", required=shareable)
+    minimum = sharing.quantity("min")
+    step = sharing.quantity("step")
+    sharing.done()
+    r.done()
+    if None in (kind, count, capacity) or not attach:
+        return None
+    total = quantity_value(capacity)
+    for key, value in (("default", default), ("min", minimum), ("step", step)):
+        if value is not None and quantity_value(value) > total:
+            sharing.fail(sharing.at(key), f"{value} is more than the device capacity {capacity}")
+    if default and minimum and quantity_value(default) < quantity_value(minimum):
+        sharing.fail(sharing.at("default"), f"{default} is below min {minimum}")
+    return StorageGroup(kind, model or kind, count, capacity, attach, shareable, default, minimum, step,
+                        prefix or kind, extra)
+
+
+def _nic_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> NicGroup | None:
+    model = r.str("model", required=True)
+    count = r.int("count", default=1, minimum=1, maximum=64)
+    bandwidth = r.quantity("bandwidth", required=True)
+    prefix = r.str("namePrefix", default="nic", pattern=DNS_LABEL, allowed="a DNS label")
+    attach = _attachments(r, count, roots, numa_ids, need_root=True)
+    extra = _extra_attributes(r)
+    r.done()
+    if None in (model, count, bandwidth) or not attach:
+        return None
+    return NicGroup(model, count, bandwidth, attach, prefix or "nic", extra)
+
+
+def _check_names(profile: Profile, problems: list[Problem]) -> None:
+    """Device-name prefixes must not collide (two groups would publish the same device names)."""
+    seen: dict[str, str] = {}
+    groups = [(f"spec.gpus[{i}]", g.prefix) for i, g in enumerate(profile.gpus)]
+    groups += [(f"spec.storage[{i}]", s.prefix) for i, s in enumerate(profile.storage)]
+    groups += [(f"spec.nics[{i}]", n.prefix) for i, n in enumerate(profile.nics)]
+    for where, prefix in groups:
+        if prefix in seen:
+            problems.append(Problem(profile.source, f"{where}.namePrefix",
+                                    f"device names {prefix}-N are already used by {seen[prefix]}",
+                                    "a distinct namePrefix per group"))
+        seen[prefix] = where

@@ -1,0 +1,285 @@
+"""Profile -> ResourceSlices for one node: a pure, deterministic function.
+
+Same inputs, same output, byte for byte (sorted devices, stable names, UUIDs hashed from node and
+device name), so the output is golden-tested and a restarted driver recognises its own slices.
+
+One pool per node and driver (pool name = node name). Devices are split across slices within the
+API limits: 128 devices per slice, 64 when a slice's devices use taints or counters; counter sets
+(MIG) go to slices of their own, at most 8 sets each. Every device gets the standard topology
+attributes `resource.kubernetes.io/numaNode` (int), `.../pcieRoot` and `.../pciBusID`; everything
+else is unqualified, i.e. in the driver's own domain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+
+from fake_devices import mig
+from fake_devices.errors import Problem
+from fake_devices.profile import Attachment, GpuGroup, NicGroup, Profile, StorageGroup
+
+STD = "resource.kubernetes.io/"
+MAX_DEVICES = 128
+MAX_DEVICES_TAINTED_OR_COUNTED = 64
+MAX_COUNTER_SETS = 8
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+UUID_NAMESPACE = uuid.UUID("6f1c2b8e-52f4-4c55-9a38-6b2f0d7c9e11")
+MANAGED_BY = "dra-harness-fake-devices"
+LABEL_PROFILE = "dra-harness.x-k8s.io/profile"
+FAULT_TAINT_KEY = "dra-harness.x-k8s.io/fault"
+
+# Fault kind -> taint effect. "lost" is not a taint: the device disappears from its slice.
+FAULT_EFFECTS = {"warning": "None", "degraded": "NoSchedule", "unhealthy": "NoExecute"}
+FAULT_KINDS = (*FAULT_EFFECTS, "lost")
+
+
+@dataclass(frozen=True)
+class Drivers:
+    """The driver names of one fake-driver instance, all under one domain."""
+
+    domain: str
+
+    @property
+    def gpu(self) -> str:
+        return f"gpu.{self.domain}"
+
+    @property
+    def storage(self) -> str:
+        return f"storage.{self.domain}"
+
+    @property
+    def nic(self) -> str:
+        return f"nic.{self.domain}"
+
+    def all(self) -> tuple[str, str, str]:
+        return (self.gpu, self.storage, self.nic)
+
+
+def device_uuid(node: str, device: str, prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid5(UUID_NAMESPACE, f'{node}/{device}')}"
+
+
+def _pci_bus_id(root: str, index_under_root: int) -> str:
+    domain, bus = root[3:].split(":")
+    return f"{domain}:{(int(bus, 16) + 1 + index_under_root) % 256:02x}:00.0"
+
+
+def _topology(attach: Attachment, index_under_root: int) -> dict:
+    attributes = {STD + "numaNode": {"int": attach.numa_node}}
+    if attach.pcie_root:
+        attributes[STD + "pcieRoot"] = {"string": attach.pcie_root}
+        attributes[STD + "pciBusID"] = {"string": _pci_bus_id(attach.pcie_root, index_under_root)}
+    return attributes
+
+
+def _placements(group, count: int):
+    """(index, attachment, index among devices behind the same PCIe root) for each device."""
+    per_root: dict[str | None, int] = {}
+    for i in range(count):
+        attach = group.attach[i * len(group.attach) // count]
+        key = attach.pcie_root
+        yield i, attach, per_root.get(key, 0)
+        per_root[key] = per_root.get(key, 0) + 1
+
+
+# --- devices ----------------------------------------------------------------------------------
+
+def _gpu_devices(node: str, group: GpuGroup) -> tuple[list[dict], list[dict]]:
+    devices, counter_sets = [], []
+    table = group.mig_table()
+    for i, attach, under_root in _placements(group, group.count):
+        name = f"{group.prefix}-{i}"
+        gpu_uuid = device_uuid(node, name, "GPU")
+        topology = _topology(attach, under_root)
+        common = {"model": {"string": group.model}, "architecture": {"string": group.architecture},
+                  "computeCapability": {"string": group.compute_capability}, **topology, **group.attributes}
+        if group.interconnect:
+            common["interconnect"] = {"string": group.interconnect}
+        full = {"name": name, "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid},
+                                             "index": {"int": i}, "migCapable": {"bool": bool(table)}, **common},
+                "capacity": {"memory": {"value": group.memory},
+                             "multiprocessors": {"value": str(group.multiprocessors)}}}
+        if group.mig_mode == "none":
+            devices.append(full)
+            continue
+        if group.mig_mode == "fixed":
+            placements = [(table[p.profile], p.start) for p in group.partitions]
+        else:
+            placements = [(p, start) for p in table.values() for start in p.starts]
+        counter_set = f"{name}-slices" if group.mig_mode == "dynamic" else None
+        if counter_set:
+            counters = {f"memory-slice-{s}": {"value": "1"} for s in range(mig.MEMORY_SLICES)}
+            counters.update({"compute-slices": {"value": str(mig.COMPUTE_SLICES)}, "memory": {"value": group.memory},
+                             "media-units": {"value": "1"}})
+            counter_sets.append({"name": counter_set, "counters": counters})
+            full["consumesCounters"] = [{"counterSet": counter_set, "counters": counters}]
+            devices.append(full)  # the whole GPU takes every slice, so it excludes all its partitions
+        for profile, start in placements:
+            mig_name = f"{name}-mig-{profile.device_suffix}-{start}"
+            memory = f"{profile.memory_gb}Gi"
+            device = {"name": mig_name,
+                      "attributes": {"type": {"string": "mig"}, "uuid": {"string": device_uuid(node, mig_name, "MIG")},
+                                     "parentUUID": {"string": gpu_uuid}, "parentIndex": {"int": i},
+                                     "profile": {"string": profile.name}, "placementStart": {"int": start},
+                                     "placementSize": {"int": profile.size}, **common},
+                      "capacity": {"memory": {"value": memory},
+                                   "multiprocessors": {"value": str(group.multiprocessors * profile.compute
+                                                                    // mig.COMPUTE_SLICES)}}}
+            if counter_set:
+                used = {f"memory-slice-{s}": {"value": "1"} for s in profile.memory_slices(start)}
+                used.update({"compute-slices": {"value": str(profile.compute)}, "memory": {"value": memory}})
+                if profile.media:
+                    used["media-units"] = {"value": "1"}
+                device["consumesCounters"] = [{"counterSet": counter_set, "counters": used}]
+            devices.append(device)
+    return devices, counter_sets
+
+
+def _storage_devices(node: str, group: StorageGroup) -> list[dict]:
+    devices = []
+    for i, attach, under_root in _placements(group, group.count):
+        name = f"{group.prefix}-{i}"
+        capacity: dict = {"value": group.capacity}
+        if group.shareable:
+            policy: dict = {"default": group.request_default}
+            if group.request_min or group.request_step:
+                valid_range = {"min": group.request_min or group.request_step}
+                if group.request_step:
+                    valid_range["step"] = group.request_step
+                policy["validRange"] = valid_range
+            capacity["requestPolicy"] = policy
+        device = {"name": name,
+                  "attributes": {"type": {"string": group.kind}, "model": {"string": group.model},
+                                 "serial": {"string": device_uuid(node, name, "SN")}, "index": {"int": i},
+                                 **_topology(attach, under_root), **group.attributes},
+                  "capacity": {"size": capacity}}
+        if group.shareable:
+            device["allowMultipleAllocations"] = True
+        devices.append(device)
+    return devices
+
+
+def _nic_devices(node: str, group: NicGroup) -> list[dict]:
+    devices = []
+    for i, attach, under_root in _placements(group, group.count):
+        name = f"{group.prefix}-{i}"
+        digest = hashlib.sha256(f"{node}/{name}".encode()).digest()
+        mac = "02:" + ":".join(f"{b:02x}" for b in digest[:5])  # locally administered, deterministic
+        devices.append({"name": name,
+                        "attributes": {"type": {"string": "nic"}, "model": {"string": group.model},
+                                       "macAddress": {"string": mac}, "index": {"int": i},
+                                       **_topology(attach, under_root), **group.attributes},
+                        "capacity": {"bandwidth": {"value": group.bandwidth}}})
+    return devices
+
+
+def devices_by_driver(profile: Profile, node: str, drivers: Drivers) -> dict[str, tuple[list[dict], list[dict]]]:
+    """driver -> (devices, counter sets), before faults are applied."""
+    result: dict[str, tuple[list[dict], list[dict]]] = {}
+    gpus, counters = [], []
+    for group in profile.gpus:
+        d, c = _gpu_devices(node, group)
+        gpus += d
+        counters += c
+    if gpus:
+        result[drivers.gpu] = (gpus, counters)
+    storage = [d for g in profile.storage for d in _storage_devices(node, g)]
+    if storage:
+        result[drivers.storage] = (storage, [])
+    nics = [d for g in profile.nics for d in _nic_devices(node, g)]
+    if nics:
+        result[drivers.nic] = (nics, [])
+    return result
+
+
+# --- faults -----------------------------------------------------------------------------------
+
+def _fault_of(device: dict, faults: dict[str, str]) -> str | None:
+    """A device's fault: its own, or its physical GPU's (a MIG device shares its parent's fate)."""
+    if device["name"] in faults:
+        return faults[device["name"]]
+    parent = device["name"].split("-mig-", 1)[0]
+    return faults.get(parent) if parent != device["name"] else None
+
+
+def apply_faults(devices: list[dict], faults: dict[str, str]) -> list[dict]:
+    result = []
+    for device in devices:
+        kind = _fault_of(device, faults)
+        if kind == "lost":
+            continue
+        if kind in FAULT_EFFECTS:
+            device = {**device, "taints": [{"key": FAULT_TAINT_KEY, "value": kind, "effect": FAULT_EFFECTS[kind]}]}
+        result.append(device)
+    return result
+
+
+# --- slices -----------------------------------------------------------------------------------
+
+def slice_name(node: str, driver: str, index: int) -> str:
+    kind = driver.split(".", 1)[0]
+    digest = hashlib.sha256(driver.encode()).hexdigest()[:6]
+    return f"{node}-{kind}-{digest}-{index}"
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
+
+
+def render_node(profile: Profile, node: str, drivers: Drivers, *, generation: int = 1,
+                faults: dict[str, str] | None = None, node_uid: str | None = None,
+                instance: str = "default") -> dict[str, list[dict]]:
+    """driver -> the ResourceSlice objects of that driver's pool on `node`."""
+    output = {}
+    for driver, (devices, counter_sets) in devices_by_driver(profile, node, drivers).items():
+        devices = apply_faults(devices, faults or {})
+        limited = any("taints" in d or "consumesCounters" in d for d in devices)
+        groups: list[tuple[list, list]] = [(chunk, []) for chunk in
+                                           _chunks(devices, MAX_DEVICES_TAINTED_OR_COUNTED if limited else MAX_DEVICES)]
+        if counter_sets:
+            groups = [([], chunk) for chunk in _chunks(counter_sets, MAX_COUNTER_SETS)] + groups
+        slices = []
+        for index, (chunk, sets) in enumerate(groups):
+            spec: dict = {"driver": driver, "nodeName": node,
+                          "pool": {"name": node, "generation": generation, "resourceSliceCount": len(groups)}}
+            if sets:
+                spec["sharedCounters"] = sets
+            else:
+                spec["devices"] = chunk
+            metadata: dict = {"name": slice_name(node, driver, index),
+                              "labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL_PROFILE: profile.name,
+                                         "dra-harness.x-k8s.io/fake-driver-instance": instance}}
+            if node_uid:
+                metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid,
+                                                "controller": True}]
+            slices.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": metadata,
+                           "spec": spec})
+        output[driver] = slices
+    return output
+
+
+def check_limits(profile: Profile) -> list[Problem]:
+    """API limits a profile could break through its own declarations (checked on a sample node)."""
+    problems = []
+    drivers = Drivers("example.com")
+    for driver, (devices, _) in devices_by_driver(profile, "node", drivers).items():
+        for device in devices:
+            used = len(device["attributes"]) + len(device.get("capacity", {}))
+            if used > MAX_ATTRIBUTES_AND_CAPACITIES:
+                group = _group_of(profile, device["name"])
+                problems.append(Problem(profile.source, f"{group}.attributes",
+                                        f"device {device['name']} would have {used} attributes and capacities",
+                                        f"at most {MAX_ATTRIBUTES_AND_CAPACITIES}"))
+                break
+    return problems
+
+
+def _group_of(profile: Profile, device_name: str) -> str:
+    prefix = device_name.rsplit("-", 1)[0].split("-mig-", 1)[0]
+    for kind, groups in (("gpus", profile.gpus), ("storage", profile.storage), ("nics", profile.nics)):
+        for i, group in enumerate(groups):
+            if device_name.startswith(group.prefix + "-"):
+                return f"spec.{kind}[{i}]"
+    return f"spec ({prefix})"
