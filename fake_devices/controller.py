@@ -46,6 +46,7 @@ class FakeDriver:
         self._redo: set[str] = set()  # marked while being reconciled: queue again afterwards
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._watches: set = set()  # open watch streams, closed by stop() so threads end at once
         self._idle = threading.Condition(self._lock)
         self.errors: list[str] = []
 
@@ -64,6 +65,10 @@ class FakeDriver:
 
     def stop(self, *, delete_slices: bool = False) -> None:
         self._stop.set()
+        with self._lock:
+            watches = list(self._watches)
+        for watch in watches:
+            watch.stop()  # shuts the stream's socket down, so a blocked read returns now
         for _ in range(self.config.workers):
             self._dirty.put(None)
         for thread in self._threads:
@@ -197,6 +202,8 @@ class FakeDriver:
         resource_version = None
         while not self._stop.is_set():
             watch = kubernetes.watch.Watch()
+            with self._lock:
+                self._watches.add(watch)
             try:
                 if resource_version is None:
                     resource_version = list_call(**kwargs).metadata.resource_version
@@ -221,6 +228,8 @@ class FakeDriver:
                     self._stop.wait(1)
             finally:
                 watch.stop()
+                with self._lock:
+                    self._watches.discard(watch)
 
     def _watch_nodes(self) -> None:
         def on_node(kind: str, node) -> None:

@@ -23,6 +23,7 @@ class MigProfile:
     starts: tuple[int, ...]  # valid first memory slice of a placement
     memory_gb: int
     media: bool = False  # takes the GPU's single JPEG/OFA unit
+    multiprocessors: int = 0  # SMs of the instance (fewer than compute/7 of the GPU's: some are held back)
 
     def memory_slices(self, start: int) -> range:
         return range(start, start + self.size)
@@ -33,20 +34,24 @@ class MigProfile:
         return self.name.replace(".", "-").replace("+", "-")
 
 
-def _eighty_gb_table() -> dict[str, MigProfile]:
-    profiles = [
-        MigProfile("1g.10gb", 1, 1, (0, 1, 2, 3, 4, 5, 6), 10),
-        MigProfile("1g.10gb+me", 1, 1, (0, 1, 2, 3, 4, 5, 6), 10, media=True),
-        MigProfile("1g.20gb", 1, 2, (0, 2, 4, 6), 20),
-        MigProfile("2g.20gb", 2, 2, (0, 2, 4), 20),
-        MigProfile("3g.40gb", 3, 4, (0, 4), 40),
-        MigProfile("4g.40gb", 4, 4, (0,), 40),
-        MigProfile("7g.80gb", 7, 8, (0,), 80, media=True),
+def _eighty_gb_table(sms: dict[str, int]) -> dict[str, MigProfile]:
+    """The 80GB tables of A100 and H100 share geometry; they differ in streaming multiprocessors."""
+    shapes = [  # name, compute slices, memory slices, valid starts, GB, media unit
+        ("1g.10gb", 1, 1, (0, 1, 2, 3, 4, 5, 6), 10, False),
+        ("1g.10gb+me", 1, 1, (0, 1, 2, 3, 4, 5, 6), 10, True),
+        ("1g.20gb", 1, 2, (0, 2, 4, 6), 20, False),
+        ("2g.20gb", 2, 2, (0, 2, 4), 20, False),
+        ("3g.40gb", 3, 4, (0, 4), 40, False),
+        ("4g.40gb", 4, 4, (0,), 40, False),
+        ("7g.80gb", 7, 8, (0,), 80, True),
     ]
-    return {p.name: p for p in profiles}
+    return {name: MigProfile(name, compute, size, starts, gb, media, sms[name.split("+")[0]])
+            for name, compute, size, starts, gb, media in shapes}
 
 
 TABLES: dict[str, dict[str, MigProfile]] = {
-    "A100-SXM4-80GB": _eighty_gb_table(),
-    "H100-SXM5-80GB": _eighty_gb_table(),
+    "A100-SXM4-80GB": _eighty_gb_table({"1g.10gb": 14, "1g.20gb": 14, "2g.20gb": 28, "3g.40gb": 42,
+                                        "4g.40gb": 56, "7g.80gb": 98}),
+    "H100-SXM5-80GB": _eighty_gb_table({"1g.10gb": 16, "1g.20gb": 26, "2g.20gb": 32, "3g.40gb": 60,
+                                        "4g.40gb": 64, "7g.80gb": 132}),
 }

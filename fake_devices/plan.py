@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fake_devices.schema import quantity_value
+
 
 @dataclass
 class Plan:
@@ -23,9 +25,30 @@ class Plan:
         return not (self.create or self.update or self.delete)
 
 
+def _quantities(value):
+    """Replace quantity strings by their numbers, recursively: the server answers in canonical form
+    (1024Mi comes back as 1Gi), which must not look like a change."""
+    if isinstance(value, dict):
+        return {k: (_number(v) if k in ("value", "default", "min", "max", "step") else _quantities(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_quantities(v) for v in value]
+    return value
+
+
+def _number(value):
+    try:
+        return quantity_value(str(value))
+    except ValueError:
+        return value
+
+
 def _device_view(device: dict) -> dict:
-    view = {k: device[k] for k in ("name", "attributes", "capacity", "consumesCounters", "allowMultipleAllocations")
+    view = {k: device[k] for k in ("name", "attributes", "allowMultipleAllocations")
             if device.get(k) not in (None, [], {}, False)}
+    for key in ("capacity", "consumesCounters"):
+        if device.get(key):
+            view[key] = _quantities(device[key])
     taints = [{k: t.get(k) for k in ("key", "value", "effect")} for t in device.get("taints") or []]
     if taints:
         view["taints"] = taints
@@ -39,7 +62,7 @@ def content(slice_obj: dict) -> dict:
             "pool": (spec.get("pool") or {}).get("name"),
             "resourceSliceCount": (spec.get("pool") or {}).get("resourceSliceCount"),
             "devices": [_device_view(d) for d in spec.get("devices") or []],
-            "sharedCounters": spec.get("sharedCounters") or [],
+            "sharedCounters": _quantities(spec.get("sharedCounters") or []),
             "owner": [(o.get("kind"), o.get("name")) for o in (slice_obj.get("metadata") or {}).get("ownerReferences")
                       or []]}
 

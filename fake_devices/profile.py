@@ -24,6 +24,10 @@ KIND = "NodeProfile"
 BUILTIN_DIR = Path(__file__).resolve().parent / "profiles"
 PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+# semver.org 2.0.0, as the API checks version attributes
+SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+                    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+                    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$")
 MIG_MODES = ("none", "dynamic", "fixed")
 STORAGE_KINDS = ("nvme", "pmem", "cxl-memory")
 STANDARD_PREFIX = "resource.kubernetes.io/"
@@ -134,6 +138,8 @@ def load(name_or_path: str) -> Profile:
                                     ", ".join(builtin_names()))])
     try:
         data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidInput([Problem(str(path), "(file)", f"cannot read as text: {err}")]) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(document)"
@@ -254,7 +260,8 @@ def _extra_attributes(r: Reader) -> dict:
             result[name] = {"int": value}
         elif isinstance(value, str) and len(value) <= 64:
             result[name] = {"string": value}
-        elif isinstance(value, dict) and list(value) == ["version"] and isinstance(value["version"], str):
+        elif (isinstance(value, dict) and list(value) == ["version"] and isinstance(value["version"], str)
+              and len(value["version"]) <= 64 and SEMVER.match(value["version"])):
             result[name] = {"version": value["version"]}
         else:
             r.fail(where, f"unsupported attribute value {value!r}",

@@ -12,6 +12,7 @@ else is unqualified, i.e. in the driver's own domain.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import uuid
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from fake_devices import mig
 from fake_devices.errors import Problem
 from fake_devices.profile import Attachment, GpuGroup, NicGroup, Profile, StorageGroup
+from fake_devices.schema import DNS_LABEL
 
 STD = "resource.kubernetes.io/"
 MAX_DEVICES = 128
@@ -74,9 +76,11 @@ def _topology(attach: Attachment, index_under_root: int) -> dict:
     return attributes
 
 
-def _placements(group, count: int):
-    """(index, attachment, index among devices behind the same PCIe root) for each device."""
-    per_root: dict[str | None, int] = {}
+def _placements(group, count: int, per_root: dict[str | None, int]):
+    """(index, attachment, index among devices behind the same PCIe root) for each device.
+
+    `per_root` is shared by all groups of a node, so devices of different groups behind one root get
+    different PCI bus IDs."""
     for i in range(count):
         attach = group.attach[i * len(group.attach) // count]
         key = attach.pcie_root
@@ -86,10 +90,10 @@ def _placements(group, count: int):
 
 # --- devices ----------------------------------------------------------------------------------
 
-def _gpu_devices(node: str, group: GpuGroup) -> tuple[list[dict], list[dict]]:
+def _gpu_devices(node: str, group: GpuGroup, per_root: dict) -> tuple[list[dict], list[dict]]:
     devices, counter_sets = [], []
     table = group.mig_table()
-    for i, attach, under_root in _placements(group, group.count):
+    for i, attach, under_root in _placements(group, group.count, per_root):
         name = f"{group.prefix}-{i}"
         gpu_uuid = device_uuid(node, name, "GPU")
         topology = _topology(attach, under_root)
@@ -114,7 +118,7 @@ def _gpu_devices(node: str, group: GpuGroup) -> tuple[list[dict], list[dict]]:
             counters.update({"compute-slices": {"value": str(mig.COMPUTE_SLICES)}, "memory": {"value": group.memory},
                              "media-units": {"value": "1"}})
             counter_sets.append({"name": counter_set, "counters": counters})
-            full["consumesCounters"] = [{"counterSet": counter_set, "counters": counters}]
+            full["consumesCounters"] = [{"counterSet": counter_set, "counters": copy.deepcopy(counters)}]
             devices.append(full)  # the whole GPU takes every slice, so it excludes all its partitions
         for profile, start in placements:
             mig_name = f"{name}-mig-{profile.device_suffix}-{start}"
@@ -123,10 +127,9 @@ def _gpu_devices(node: str, group: GpuGroup) -> tuple[list[dict], list[dict]]:
                       "attributes": {"type": {"string": "mig"}, "uuid": {"string": device_uuid(node, mig_name, "MIG")},
                                      "parentUUID": {"string": gpu_uuid}, "parentIndex": {"int": i},
                                      "profile": {"string": profile.name}, "placementStart": {"int": start},
-                                     "placementSize": {"int": profile.size}, **common},
+                                     "placementSize": {"int": profile.size}, **copy.deepcopy(common)},
                       "capacity": {"memory": {"value": memory},
-                                   "multiprocessors": {"value": str(group.multiprocessors * profile.compute
-                                                                    // mig.COMPUTE_SLICES)}}}
+                                   "multiprocessors": {"value": str(profile.multiprocessors)}}}
             if counter_set:
                 used = {f"memory-slice-{s}": {"value": "1"} for s in profile.memory_slices(start)}
                 used.update({"compute-slices": {"value": str(profile.compute)}, "memory": {"value": memory}})
@@ -137,9 +140,9 @@ def _gpu_devices(node: str, group: GpuGroup) -> tuple[list[dict], list[dict]]:
     return devices, counter_sets
 
 
-def _storage_devices(node: str, group: StorageGroup) -> list[dict]:
+def _storage_devices(node: str, group: StorageGroup, per_root: dict) -> list[dict]:
     devices = []
-    for i, attach, under_root in _placements(group, group.count):
+    for i, attach, under_root in _placements(group, group.count, per_root):
         name = f"{group.prefix}-{i}"
         capacity: dict = {"value": group.capacity}
         if group.shareable:
@@ -161,9 +164,9 @@ def _storage_devices(node: str, group: StorageGroup) -> list[dict]:
     return devices
 
 
-def _nic_devices(node: str, group: NicGroup) -> list[dict]:
+def _nic_devices(node: str, group: NicGroup, per_root: dict) -> list[dict]:
     devices = []
-    for i, attach, under_root in _placements(group, group.count):
+    for i, attach, under_root in _placements(group, group.count, per_root):
         name = f"{group.prefix}-{i}"
         digest = hashlib.sha256(f"{node}/{name}".encode()).digest()
         mac = "02:" + ":".join(f"{b:02x}" for b in digest[:5])  # locally administered, deterministic
@@ -179,16 +182,17 @@ def devices_by_driver(profile: Profile, node: str, drivers: Drivers) -> dict[str
     """driver -> (devices, counter sets), before faults are applied."""
     result: dict[str, tuple[list[dict], list[dict]]] = {}
     gpus, counters = [], []
+    per_root: dict[str | None, int] = {}  # devices so far behind each PCIe root, for bus IDs
     for group in profile.gpus:
-        d, c = _gpu_devices(node, group)
+        d, c = _gpu_devices(node, group, per_root)
         gpus += d
         counters += c
     if gpus:
         result[drivers.gpu] = (gpus, counters)
-    storage = [d for g in profile.storage for d in _storage_devices(node, g)]
+    storage = [d for g in profile.storage for d in _storage_devices(node, g, per_root)]
     if storage:
         result[drivers.storage] = (storage, [])
-    nics = [d for g in profile.nics for d in _nic_devices(node, g)]
+    nics = [d for g in profile.nics for d in _nic_devices(node, g, per_root)]
     if nics:
         result[drivers.nic] = (nics, [])
     return result
@@ -260,11 +264,32 @@ def render_node(profile: Profile, node: str, drivers: Drivers, *, generation: in
     return output
 
 
+# Attributes the renderer sets itself (besides the standard topology ones): a profile's extra
+# `attributes` must not redefine them.
+GENERATED_ATTRIBUTES = {
+    "gpus": {"type", "uuid", "index", "migCapable", "model", "architecture", "computeCapability", "interconnect",
+             "parentUUID", "parentIndex", "profile", "placementStart", "placementSize"},
+    "storage": {"type", "model", "serial", "index"},
+    "nics": {"type", "model", "macAddress", "index"},
+}
+
+
 def check_limits(profile: Profile) -> list[Problem]:
     """API limits a profile could break through its own declarations (checked on a sample node)."""
     problems = []
+    for kind, groups in (("gpus", profile.gpus), ("storage", profile.storage), ("nics", profile.nics)):
+        for i, group in enumerate(groups):
+            for name in sorted(set(group.attributes) & GENERATED_ATTRIBUTES[kind]):
+                problems.append(Problem(profile.source, f"spec.{kind}[{i}].attributes.{name}",
+                                        "is set by the fake driver itself and cannot be redefined",
+                                        "another name"))
     drivers = Drivers("example.com")
     for driver, (devices, _) in devices_by_driver(profile, "node", drivers).items():
+        too_long = next((d["name"] for d in devices if not DNS_LABEL.match(d["name"])), None)
+        if too_long:  # device names are DNS labels; a long namePrefix plus -N or -mig-... can exceed 63
+            problems.append(Problem(profile.source, f"{_group_of(profile, too_long)}.namePrefix",
+                                    f"device name {too_long} would be longer than 63 characters",
+                                    "a shorter namePrefix"))
         for device in devices:
             used = len(device["attributes"]) + len(device.get("capacity", {}))
             if used > MAX_ATTRIBUTES_AND_CAPACITIES:

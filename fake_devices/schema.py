@@ -36,9 +36,9 @@ def quantity_value(text: str) -> float:
 def is_qualified_name(name: str) -> bool:
     """A DRA attribute/capacity name: a C identifier, optionally prefixed by `domain/`."""
     domain, sep, ident = name.rpartition("/")
-    if sep and not DNS_SUBDOMAIN.match(domain):
+    if sep and (len(domain) > 63 or not DNS_SUBDOMAIN.match(domain)):  # the API's DeviceMaxDomainLength
         return False
-    return bool(C_IDENTIFIER.match(ident))
+    return len(ident) <= 32 and bool(C_IDENTIFIER.match(ident))  # the API's DeviceMaxIDLength
 
 
 class Reader:

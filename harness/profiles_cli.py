@@ -72,6 +72,8 @@ def _validate(files: list[str], out) -> int:
             problems.extend(err.problems)
         except (yaml.YAMLError, AttributeError) as err:
             problems.append(Problem(name, "(file)", f"not a YAML mapping: {err}"))
+        except (UnicodeDecodeError, OSError) as err:
+            problems.append(Problem(name, "(file)", f"cannot read as text: {err}"))
     if problems:
         raise InvalidInput(problems)
     return 0

@@ -153,3 +153,33 @@ def cluster_objects(k8s: Clients) -> Iterator["wait.CreatedObjects"]:
     created = wait.CreatedObjects(k8s)
     yield created
     created.delete_all()
+
+
+@pytest.fixture
+def fake_driver(k8s: Clients, unique_name, dra_namespace: str):
+    """Start fake-driver instances for a test: `fake_driver({"kwok-node-0": "tiny"})`.
+
+    Each instance gets a unique name and driver domain (`<instance>.example.com`), publishes the
+    given profile on each named node, keeps its fault ConfigMap in the test's namespace, and is
+    stopped with all its slices and DeviceClasses removed at teardown.
+    """
+    from fake_devices import config as driver_config
+    from fake_devices.controller import FakeDriver
+
+    started: list[FakeDriver] = []
+
+    def start(nodes: dict[str, str], **options) -> FakeDriver:
+        instance = unique_name(f"fd{len(started)}")
+        options.setdefault("workers", 4)
+        config = driver_config.build(instance, f"{instance}.example.com", [], nodes=nodes, namespace=dra_namespace,
+                                     **options)
+        driver = FakeDriver(config, k8s.api_client)
+        started.append(driver)
+        driver.start()
+        if not driver.wait_idle(60) or driver.errors:
+            raise AssertionError(f"fake driver {instance} did not publish cleanly: {driver.errors}")
+        return driver
+
+    yield start
+    for driver in reversed(started):
+        driver.stop(delete_slices=True)

@@ -53,7 +53,8 @@ def load(directory: Path) -> dict:
 def group_ok(directory: Path, recorded: dict, group: str, version: str) -> bool:
     """True when every file of the group is present with its recorded size and SHA-256."""
     entry = recorded["groups"].get(group)
-    if not isinstance(entry, dict) or entry.get("version") != version or not isinstance(entry.get("files"), dict):
+    if not isinstance(entry, dict) or entry.get("version") != version or not isinstance(entry.get("files"), dict) \
+            or not entry["files"]:
         return False  # missing, another version, or a hand-edited entry we cannot trust
     for name, info in entry["files"].items():
         if not isinstance(info, dict) or not {"size", "sha256"} <= set(info):

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from fake_devices import profile as profiles
+from fake_devices.config import DEVICE_TYPES
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.schema import DNS_LABEL, DNS_SUBDOMAIN, Reader
 
@@ -31,6 +32,7 @@ LABEL_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
                         r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 MAX_NODES = 5000
+EXTENDED_RESOURCE = re.compile(r"^(?!kubernetes\.io/)(?!requests\.)[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,8 @@ def load(name_or_path: str) -> ClusterDefinition:
     path = resolve_path(name_or_path)
     try:
         data = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise InvalidInput([Problem(str(path), "(file)", f"cannot read: {err.strerror}")]) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidInput([Problem(str(path), "(file)", f"cannot read as text: {err}")]) from None
     except yaml.YAMLError as err:
         raise InvalidInput([Problem(str(path), "(file)", f"not valid YAML: {err}")]) from None
     return parse(data, str(path))
@@ -120,10 +122,20 @@ def parse(data, source: str) -> ClusterDefinition:
 
     drv = spec.mapping("driver")
     instance = drv.str("instance", default="fake", pattern=DNS_LABEL, allowed="a DNS label")
+    if instance and len(instance) > 40:
+        drv.fail(drv.at("instance"), f"{instance!r} is longer than 40 characters")
     domain = drv.str("domain", default=DEFAULT_DOMAIN, pattern=DNS_SUBDOMAIN, allowed="a DNS subdomain")
     if domain and len(f"storage.{domain}") > 63:
         drv.fail(drv.at("domain"), f"driver names like storage.{domain} would exceed 63 characters")
-    extended = {str(k): str(v) for k, v in drv.raw_mapping("extendedResources").items()}
+    extended = {}
+    for device_type, resource_name in drv.raw_mapping("extendedResources").items():
+        where = f"{drv.at('extendedResources')}.{device_type}"
+        if device_type not in DEVICE_TYPES:
+            drv.fail(where, "unknown device type", ", ".join(DEVICE_TYPES))
+        elif not isinstance(resource_name, str) or not EXTENDED_RESOURCE.match(resource_name):
+            drv.fail(where, f"{resource_name!r} is not an extended resource name", "domain/name, e.g. example.com/gpu")
+        else:
+            extended[str(device_type)] = resource_name
     drv.done()
 
     pools = []
@@ -135,7 +147,7 @@ def parse(data, source: str) -> ClusterDefinition:
         profile_name = pool.str("profile")
         labels = {}
         for key, value in pool.raw_mapping("labels").items():
-            key, value = str(key), str(value)
+            key, value = str(key), "" if value is None else str(value)
             if not LABEL_NAME.match(key):
                 pool.fail(f"{pool.at('labels')}.{key}", "not a valid label key", "[prefix/]name, name of at most 63 characters")
             elif not LABEL_VALUE.match(value):
