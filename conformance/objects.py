@@ -23,10 +23,24 @@ def gpu_device(name: str, model: str = "test-gpu", memory: str = "80Gi") -> dict
     return {"name": name, "attributes": {"model": {"string": model}}, "capacity": {"memory": {"value": memory}}}
 
 
-def claim_template(name: str, device_class_name: str, count: int = 1) -> dict:
-    request = {"name": "gpu", "exactly": {"deviceClassName": device_class_name, "count": count}}
+def request(device_class_name: str, *, name: str = "gpu", count: int = 1, selectors: list[str] = (),
+            capacity: dict[str, str] | None = None) -> dict:
+    """One `exactly` device request: class, count, CEL selectors and capacity requests."""
+    exactly: dict = {"deviceClassName": device_class_name, "count": count}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": expression}} for expression in selectors]
+    if capacity:
+        exactly["capacity"] = {"requests": dict(capacity)}
+    return {"name": name, "exactly": exactly}
+
+
+def claim_template(name: str, device_class_name: str | None = None, count: int = 1, *,
+                   requests: list[dict] | None = None, constraints: list[dict] | None = None) -> dict:
+    devices: dict = {"requests": requests or [request(device_class_name, count=count)]}
+    if constraints:
+        devices["constraints"] = constraints
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
-            "spec": {"spec": {"devices": {"requests": [request]}}}}
+            "spec": {"spec": {"devices": devices}}}
 
 
 def pod_with_template_claim(name: str, template: str, node_selector: dict | None = None) -> dict:

@@ -3,25 +3,9 @@ pod's claim, the pod runs, and the device returns to the pool when the pod goes.
 
 from __future__ import annotations
 
+from conformance import checks, objects
 from harness import wait
 from harness.k8s.client import Clients
-from conformance import objects
-
-
-def _pod_claim_name(k8s: Clients, namespace: str, pod: str) -> str | None:
-    status = k8s.core.read_namespaced_pod(pod, namespace).status
-    for entry in status.resource_claim_statuses or []:
-        if entry.name == "gpu" and entry.resource_claim_name:
-            return entry.resource_claim_name
-    return None
-
-
-def _unschedulable(k8s: Clients, namespace: str, pod: str):
-    found = k8s.core.read_namespaced_pod(pod, namespace)
-    for condition in found.status.conditions or []:
-        if condition.type == "PodScheduled" and condition.status == "False" and condition.reason == "Unschedulable":
-            return condition
-    return None
 
 
 def test_claim_from_template_is_allocated_and_freed(k8s: Clients, dra_namespace, cluster_objects, unique_name,
@@ -34,11 +18,11 @@ def test_claim_from_template_is_allocated_and_freed(k8s: Clients, dra_namespace,
     k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one-gpu", unique_name("gpu")))
 
     k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("first", "one-gpu"))
-    running = wait.pod_phase(k8s, ns, "first", "Running", timeout=60)
+    running = checks.running(k8s, ns, "first")
     assert running.spec.node_name == simulated_node
 
-    claim_name = wait.until("the generated claim of pod first", lambda: _pod_claim_name(k8s, ns, "first"), 30)
-    claim = k8s.resource.read_namespaced_resource_claim(claim_name, ns)
+    claim = checks.pod_claim(k8s, ns, "first")
+    claim_name = claim.metadata.name
     results = claim.status.allocation.devices.results
     assert [(r.request, r.driver, r.pool, r.device) for r in results] == [("gpu", driver, simulated_node, "gpu-0")]
     assert [ref.uid for ref in claim.status.reserved_for] == [running.metadata.uid]
@@ -46,9 +30,7 @@ def test_claim_from_template_is_allocated_and_freed(k8s: Clients, dra_namespace,
 
     # The only device is taken: a second pod must wait, and say why.
     k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("second", "one-gpu"))
-    condition = wait.until("pod second to be reported unschedulable", lambda: _unschedulable(k8s, ns, "second"), 30,
-                           diagnostics=lambda: wait.describe_namespace(k8s, ns))
-    assert k8s.core.read_namespaced_pod("second", ns).spec.node_name is None
+    condition = checks.unschedulable(k8s, ns, "second")
     assert "cannot allocate all claims" in condition.message
 
     # Freeing the device (pod gone -> its claim deleted) lets the waiting pod in.
@@ -56,5 +38,5 @@ def test_claim_from_template_is_allocated_and_freed(k8s: Clients, dra_namespace,
     wait.until(f"claim {claim_name} to be deleted with its pod",
                lambda: claim_name not in {c.metadata.name for c in k8s.resource.list_namespaced_resource_claim(ns).items},
                60, diagnostics=lambda: wait.describe_namespace(k8s, ns))
-    second = wait.pod_phase(k8s, ns, "second", "Running", timeout=60)
+    second = checks.running(k8s, ns, "second")
     assert second.spec.node_name == simulated_node

@@ -40,7 +40,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dra-binaries-dir", default=None, help="pre-built Kubernetes/etcd/KWOK binaries")
 
 
+MARKERS = (
+    "dra_feature(name): the DRA feature (gate) a conformance test exercises",
+    "integration: needs a real Kubernetes control plane",
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    for marker in MARKERS:  # registered here so `pytest conformance/` works from any directory
+        config.addinivalue_line("markers", marker)
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
         config.stash[_SHARED] = str(sessions.new_shared_dir())

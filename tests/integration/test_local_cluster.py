@@ -197,3 +197,48 @@ def test_port_taken_by_another_program_names_the_component(local_cluster, dra_ru
     assert str(failure.value.log_file).endswith("kube-apiserver.log")
     assert not state.cluster_dir(name).exists()
     assert process.processes_of(state.cluster_dir(name)) == []
+
+
+def test_cluster_definition_brings_pools_and_a_publishing_driver(local_cluster, dra_run_id, tmp_path):
+    from harness.config import cluster as cluster_config
+
+    definition_file = tmp_path / "small.yaml"
+    definition_file.write_text("""
+apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: Cluster
+metadata: {name: small}
+spec:
+  preset: ga-only
+  featureGates: {DRAConsumableCapacity: true}
+  driver: {instance: small, domain: small.example.com, extendedResources: {gpu: example.com/gpu}}
+  nodePools:
+  - {name: gpu, count: 2, profile: tiny, labels: {tier: test}}
+  - {name: cpu, count: 1}
+""")
+    definition = cluster_config.load(str(definition_file))
+    backend = LocalBackend()
+    name = f"def-{dra_run_id[:6]}"
+    info = backend.up(UpOptions(name=name, definition=definition))
+    directory = state.cluster_dir(name)
+    try:
+        clients = Clients(info.kubeconfig)
+        try:
+            labelled = {n.metadata.name: n.metadata.labels for n in clients.core.list_node().items}
+            assert sorted(labelled) == ["cpu-0", "gpu-0", "gpu-1"]
+            assert labelled["gpu-0"]["tier"] == "test"
+            assert labelled["gpu-1"]["dra-harness.x-k8s.io/profile"] == "tiny"
+            assert "dra-harness.x-k8s.io/profile" not in labelled["cpu-0"]
+            slices = clients.resource.list_resource_slice().items
+            assert sorted((s.spec.node_name, s.spec.driver) for s in slices) == sorted(
+                (node, f"{kind}.small.example.com") for node in ("gpu-0", "gpu-1") for kind in ("gpu", "nic", "storage"))
+            classes = {c.metadata.name: c for c in clients.resource.list_device_class().items}
+            assert set(classes) == {"small-gpu", "small-nvme", "small-nic"}
+            assert classes["small-gpu"].spec.extended_resource_name == "example.com/gpu"
+            gates = _feature_metrics(clients)
+            assert gates["DRAConsumableCapacity"] == 1 and gates.get("DRAWorkloadResourceClaims") == 0
+        finally:
+            clients.close()
+        assert "fake-devices" in {c.name for c in backend.status(name).components if c.alive}
+    finally:
+        assert backend.down(name) == []
+    assert process.processes_of(directory) == []

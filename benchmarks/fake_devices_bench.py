@@ -1,0 +1,120 @@
+"""Benchmarks of the fake driver (results in BENCHMARKS.md; method there).
+
+    .venv/bin/python benchmarks/fake_devices_bench.py publish [--nodes 1000] [--profile dgx-h100] [--faults 50]
+
+Starts a local cluster with no nodes, creates N KWOK nodes labelled with the profile, then starts the
+fake driver as its own process (`python -m fake_devices`) and times it until it reports every slice
+published; checks the count against the renderer; samples the driver's RSS. Then injects --faults
+`unhealthy` faults one after another on random nodes and times each from the API write returning to
+the watch event that shows the NoExecute taint in the slice. The cluster is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+import kubernetes
+import psutil
+
+from fake_devices import config as driver_config
+from fake_devices import faults, profile, render
+from harness.backends.local import LocalBackend, nodes, state
+from harness.backends.local.backend import UpOptions
+from harness.config.cluster import ClusterDefinition, DriverSettings, NodePool
+from harness.k8s.client import Clients
+from harness.progress import Reporter
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def bench_publish(node_count: int, profile_name: str, fault_count: int) -> dict:
+    name = "bench-publish"
+    backend = LocalBackend(Reporter(quiet=True))
+    info = backend.up(UpOptions(name=name, nodes=0))
+    clients = Clients(info.kubeconfig)
+    driver_proc = None
+    try:
+        prof = profile.load(profile_name)
+        definition = ClusterDefinition("bench", "(benchmark)", None, {}, {}, (NodePool("dgx", node_count, prof),),
+                                       DriverSettings())
+        specs = nodes.from_definition(definition)
+        started = time.monotonic()
+        nodes.create(clients.core, specs, Reporter(quiet=True))
+        nodes.wait_ready(clients.core, {s.name for s in specs}, Reporter(quiet=True), timeout=900)
+        nodes_ready = time.monotonic() - started
+
+        config = driver_config.DriverConfig(instance="bench", domain="bench.example.com",
+                                            profiles={prof.name: prof}, namespace="default")
+        config_file = state.cluster_dir(name) / "bench-driver.yaml"
+        config_file.write_text(driver_config.to_yaml(config))
+        started = time.monotonic()
+        driver_proc = subprocess.Popen([sys.executable, "-m", "fake_devices", f"--config={config_file}",
+                                        f"--kubeconfig={info.kubeconfig}"], stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, text=True)
+        peak_rss = 0
+        line = ""
+        while line.strip() != "ready":  # the driver prints "ready" once every node is published
+            line = driver_proc.stdout.readline()
+            if not line and driver_proc.poll() is not None:
+                raise RuntimeError("fake driver exited before it was ready")
+        publish_seconds = time.monotonic() - started
+        peak_rss = psutil.Process(driver_proc.pid).memory_info().rss
+        per_node = sum(len(s) for s in render.render_node(prof, "n", render.Drivers("bench.example.com")).values())
+        published = len(clients.resource.list_resource_slice(label_selector="dra-harness.x-k8s.io/fake-driver-instance=bench").items)
+        devices = sum(len(d) for d, _ in render.devices_by_driver(prof, "n", render.Drivers("x")).values()) * node_count
+
+        latencies = []
+        rng = random.Random(1)
+        drivers = render.Drivers("bench.example.com")
+        for _ in range(fault_count):
+            node = rng.choice(specs).name
+            device = f"gpu-{rng.randrange(8)}"
+            slice_name = render.slice_name(node, drivers.gpu, 0)
+            current = clients.resource.read_resource_slice(slice_name).metadata.resource_version
+            watch = kubernetes.watch.Watch()
+            t0 = time.monotonic()
+            faults.set_fault(clients.core, "default", config.faults_configmap, node, device, "unhealthy")
+            t_written = time.monotonic()
+            for event in watch.stream(clients.resource.list_resource_slice, field_selector=f"metadata.name={slice_name}",
+                                      resource_version=current, timeout_seconds=30):
+                devs = {d.name: d for d in event["object"].spec.devices or []}
+                if devs.get(device) and devs[device].taints:
+                    latencies.append(time.monotonic() - t_written)
+                    break
+            watch.stop()
+            faults.set_fault(clients.core, "default", config.faults_configmap, node, device, None)
+        return {"nodes": node_count, "profile": profile_name, "nodes_ready_seconds": round(nodes_ready, 1),
+                "publish_seconds": round(publish_seconds, 1), "slices": published, "expected_slices": per_node * node_count,
+                "devices": devices, "driver_rss_mib": round(peak_rss / 2**20, 1),
+                "fault_to_taint_ms": {"n": len(latencies), "p50": round(1000 * statistics.median(latencies), 1),
+                                      "p99": round(1000 * percentile(latencies, 99), 1),
+                                      "max": round(1000 * max(latencies), 1)} if latencies else None}
+    finally:
+        if driver_proc and driver_proc.poll() is None:
+            driver_proc.terminate()
+            driver_proc.wait(timeout=30)
+        clients.close()
+        backend.down(name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("what", choices=["publish"])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--profile", default="dgx-h100")
+    parser.add_argument("--faults", type=int, default=50)
+    args = parser.parse_args()
+    print(json.dumps({"publish": bench_publish(args.nodes, args.profile, args.faults)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
