@@ -1,20 +1,59 @@
-"""Fixtures shared by the conformance tests (the cluster fixtures come from the dra-harness plugin)."""
+"""Fixtures and requirement checks shared by the conformance tests.
+
+The cluster fixtures (`k8s`, `dra_namespace`, `fake_driver`, ...) come from the dra-harness pytest
+plugin. Requirements are declared with markers and checked against what the cluster under test
+reports (harness.discovery), so a test whose gate or API is off is skipped with that reason:
+
+    @pytest.mark.dra_feature("DRAWorkloadResourceClaims", maturity="beta")
+    @pytest.mark.requires_api("scheduling.k8s.io/v1beta1")
+    @pytest.mark.needs_kubelet
+"""
 
 from __future__ import annotations
 
 import pytest
 
+from harness.discovery import ClusterFacts, discover
 from harness.k8s.client import Clients
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 
 
 @pytest.fixture(scope="session")
-def simulated_node(k8s: Clients) -> str:
-    """A Ready KWOK node: pods bound there run without a kubelet or a node-side driver."""
+def cluster_facts(k8s: Clients) -> ClusterFacts:
+    return discover(k8s)
+
+
+@pytest.fixture(autouse=True)
+def _requirements(request: pytest.FixtureRequest) -> None:
+    markers = {m.name: m for m in request.node.iter_markers()}
+    if not ({"dra_feature", "requires_api", "needs_kubelet"} & set(markers)):
+        return
+    facts: ClusterFacts = request.getfixturevalue("cluster_facts")
+    for marker in request.node.iter_markers("dra_feature"):
+        gate = marker.args[0]
+        if facts.gate(gate) is False:
+            pytest.skip(f"feature gate {gate} is off in the cluster under test")
+    for marker in request.node.iter_markers("requires_api"):
+        for group_version in marker.args:
+            if group_version not in facts.apis:
+                pytest.skip(f"API {group_version} is not served by the cluster under test")
+    if "needs_kubelet" in markers and not facts.kubelet_nodes:
+        pytest.skip("needs a node run by a real kubelet (this cluster has only simulated nodes)")
+
+
+@pytest.fixture(scope="session")
+def simulated_nodes(k8s: Clients) -> list[str]:
+    """Ready KWOK nodes: pods bound there run without a kubelet or a node-side driver."""
     from harness.backends.local.nodes import is_ready
 
-    for node in k8s.core.list_node().items:
-        if (node.metadata.annotations or {}).get(KWOK_ANNOTATION) == "fake" and is_ready(node):
-            return node.metadata.name
-    pytest.skip("needs a simulated (KWOK) node; the cluster under test has none")
+    found = sorted(n.metadata.name for n in k8s.core.list_node().items
+                   if (n.metadata.annotations or {}).get(KWOK_ANNOTATION) == "fake" and is_ready(n))
+    if not found:
+        pytest.skip("needs a simulated (KWOK) node; the cluster under test has none")
+    return found
+
+
+@pytest.fixture(scope="session")
+def simulated_node(simulated_nodes: list[str]) -> str:
+    return simulated_nodes[0]

@@ -3,11 +3,14 @@ pod's claim, the pod runs, and the device returns to the pool when the pod goes.
 
 from __future__ import annotations
 
+import pytest
+
 from conformance import checks, objects
 from harness import wait
 from harness.k8s.client import Clients
 
 
+@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
 def test_claim_from_template_is_allocated_and_freed(k8s: Clients, dra_namespace, cluster_objects, unique_name,
                                                     simulated_node):
     ns = dra_namespace

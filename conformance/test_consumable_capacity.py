@@ -7,7 +7,7 @@ import pytest
 
 from conformance import checks, objects
 
-pytestmark = [pytest.mark.dra_feature("DRAConsumableCapacity")]
+pytestmark = [pytest.mark.dra_feature("DRAConsumableCapacity", maturity="beta"), pytest.mark.fake_devices]
 
 
 def _nvme(driver, index: int) -> list[str]:

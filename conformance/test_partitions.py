@@ -7,7 +7,7 @@ import pytest
 
 from conformance import checks, objects
 
-pytestmark = [pytest.mark.dra_feature("DRAPartitionableDevices")]
+pytestmark = [pytest.mark.dra_feature("DRAPartitionableDevices", maturity="beta"), pytest.mark.fake_devices]
 
 
 def _on_gpu(driver, parent: int, *extra: str) -> list[str]:

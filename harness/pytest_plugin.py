@@ -41,7 +41,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 MARKERS = (
-    "dra_feature(name): the DRA feature (gate) a conformance test exercises",
+    "dra_feature(name, maturity='ga'|'beta'|'alpha'): the DRA feature a test exercises; skipped when its "
+    "gate is off in the cluster under test",
+    "requires_api(group_version, ...): skipped unless the cluster serves these API versions",
+    "needs_kubelet: needs a node run by a real kubelet (skipped on simulated-only clusters)",
+    "fake_devices: needs the fake driver's powers (profiles, fault injection)",
     "integration: needs a real Kubernetes control plane",
 )
 
