@@ -27,6 +27,17 @@ def cluster_facts(k8s: Clients) -> ClusterFacts:
 @pytest.fixture(autouse=True)
 def _requirements(request: pytest.FixtureRequest) -> None:
     markers = {m.name: m for m in request.node.iter_markers()}
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(request.config)
+    if vendor is not None:
+        if "fake_devices" in markers:
+            pytest.skip("needs the fake driver's powers (profiles, fault injection); vendor mode tests your "
+                        "driver as it is")
+        for marker in request.node.iter_markers("dra_feature"):
+            gate = marker.args[0]
+            if gate not in vendor.features and gate != "DynamicResourceAllocation":
+                pytest.skip(f"driver {vendor.name} does not claim feature {gate}")
     if not ({"dra_feature", "requires_api", "needs_kubelet"} & set(markers)):
         return
     facts: ClusterFacts = request.getfixturevalue("cluster_facts")
@@ -57,3 +68,32 @@ def simulated_nodes(k8s: Clients) -> list[str]:
 @pytest.fixture(scope="session")
 def simulated_node(simulated_nodes: list[str]) -> str:
     return simulated_nodes[0]
+
+
+class DriverUnderTest:
+    """The driver(s) the suite checks: the fake driver (default) or a vendor's (vendor mode)."""
+
+    def __init__(self, k8s: Clients, drivers: tuple[str, ...], nodes: list[str], fake=None):
+        self.k8s, self.drivers, self.nodes, self.fake = k8s, drivers, nodes, fake
+
+    def slices(self) -> list[dict]:
+        found = []
+        for driver in self.drivers:
+            for item in self.k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items:
+                found.append(self.k8s.api_client.sanitize_for_serialization(item))
+        return found
+
+
+@pytest.fixture
+def driver_under_test(request: pytest.FixtureRequest, k8s: Clients) -> DriverUnderTest:
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(request.config)
+    if vendor is not None:
+        return DriverUnderTest(k8s, vendor.drivers, [])
+    nodes = request.getfixturevalue("simulated_nodes")
+    fake_driver = request.getfixturevalue("fake_driver")
+    profiles = {nodes[0]: "dgx-h100", nodes[-1 if len(nodes) > 1 else 0]: "a100-mig"} if len(nodes) > 1 \
+        else {nodes[0]: "a100-mig"}
+    fake = fake_driver(profiles)
+    return DriverUnderTest(k8s, fake.drivers.all(), sorted(profiles), fake)

@@ -32,6 +32,7 @@ class DriverConfig:
     device_classes: bool = True
     extended_resources: dict[str, str] = field(default_factory=dict)  # device type -> extended resource name
     workers: int = 16
+    variant: str | None = None  # a deliberately broken behaviour (fake_devices.variants), for self-tests only
 
     @property
     def faults_configmap(self) -> str:

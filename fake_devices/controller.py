@@ -19,7 +19,7 @@ from collections import defaultdict
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from fake_devices import render
+from fake_devices import render, variants
 from fake_devices.config import PROFILE_LABEL, DriverConfig
 from fake_devices.faults import parse_faults
 from fake_devices.plan import plan_pool
@@ -327,8 +327,11 @@ class FakeDriver:
         if entry is None:
             return {}
         uid, profile_name = entry
-        return render.render_node(self.config.profiles[profile_name], node, self.drivers, faults=faults,
-                                  node_uid=uid, instance=self.config.instance)
+        if self.config.variant in variants.IGNORES_FAULTS:
+            faults = {}
+        rendered = render.render_node(self.config.profiles[profile_name], node, self.drivers, faults=faults,
+                                      node_uid=uid, instance=self.config.instance)
+        return variants.apply(self.config.variant, rendered)
 
     def reconcile(self, node: str) -> None:
         desired = self.desired(node)

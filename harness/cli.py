@@ -28,6 +28,25 @@ def _versions(args) -> binaries.Versions:
                              args.kwok_version.lstrip("v"))
 
 
+def _add_suite_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", default=None, help="local: cluster name (default: a fresh one for this run)")
+    parser.add_argument("--nodes", type=int, default=3, help="local: simulated nodes (default: 3)")
+    parser.add_argument("--config", default=None, help="local: cluster definition (file or name in clusters/)")
+    parser.add_argument("--preset", default=None, help="local: feature-gate preset (default: all-dra)")
+    parser.add_argument("--feature-gates", default="", help="local: gate overrides")
+    parser.add_argument("--driver-config", default=None, metavar="VENDOR_YAML",
+                        help="vendor mode: test this driver (kind VendorDriver) as it is")
+    parser.add_argument("--maturity", choices=("ga", "beta", "alpha"), default="alpha",
+                        help="features up to this maturity (default: all)")
+    parser.add_argument("--features", default="", help="only these feature gates' tests (comma-separated)")
+    parser.add_argument("--report-dir", type=Path, default=Path("reports"))
+    parser.add_argument("-n", "--workers", type=int, default=2, help="pytest-xdist workers (default: 2)")
+    parser.add_argument("--keep-cluster", action="store_true", help="leave a started cluster running")
+    parser.add_argument("--binaries-dir", type=Path, default=None)
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    _add_version_flags(parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dra-harness", description=__doc__)
     parser.add_argument("--version", action="version", version=f"dra-harness {__version__}")
@@ -104,16 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
         if action == "inject":
             sub.add_argument("--kind", required=True, help="warning | degraded | unhealthy | lost")
 
-    run = commands.add_parser("run", help="main job: start a cluster, run the conformance suite, report, stop")
-    run.add_argument("--name", default=None, help="cluster name (default: a fresh one for this run)")
-    run.add_argument("--nodes", type=int, default=3)
-    run.add_argument("--preset", default=None)
-    run.add_argument("--feature-gates", default="")
-    run.add_argument("--report-dir", type=Path, default=Path("reports"))
-    run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
-    run.add_argument("--binaries-dir", type=Path, default=None)
-    run.add_argument("pytest_args", nargs="*", help="extra arguments for pytest (after --)")
-    _add_version_flags(run)
+    conf = commands.add_parser("conformance", help="the DRA conformance suite")
+    conf_sub = conf.add_subparsers(dest="action", required=True, metavar="ACTION")
+    crun = conf_sub.add_parser("run", help="run the suite against a local or existing cluster and write reports")
+    crun.add_argument("--backend", choices=("local", "existing"), default="local")
+    crun.add_argument("--kubeconfig", default=None, help="existing backend: the cluster to test")
+    _add_suite_flags(crun)
+
+    run = commands.add_parser("run", help="main job: local cluster + fake devices, conformance suite, report, stop")
+    _add_suite_flags(run)
     return parser
 
 
@@ -146,8 +164,14 @@ def _dispatch(args, reporter: Reporter, out) -> int:
         print(binset.directory, file=out)
         return 0
 
-    if args.command == "run":
-        return runner.main_job(args, reporter, out)
+    if args.command in ("run", "conformance"):
+        options = runner.ConformanceOptions(
+            backend=getattr(args, "backend", "local"), kubeconfig=getattr(args, "kubeconfig", None), name=args.name,
+            nodes=args.nodes, preset=args.preset, feature_gates=args.feature_gates, definition=args.config,
+            driver_config=args.driver_config, maturity=args.maturity, features=args.features,
+            report_dir=args.report_dir, workers=args.workers, keep_cluster=args.keep_cluster,
+            binaries_dir=args.binaries_dir, versions=_versions(args), pytest_args=args.pytest_args)
+        return runner.run(options, reporter, out)
     if args.command == "profiles":
         from harness import profiles_cli
 

@@ -22,6 +22,9 @@ RUN_ID_LABEL = "dra-harness.x-k8s.io/run-id"
 _SHARED = pytest.StashKey[str]()
 _RUN_ID = pytest.StashKey[str]()
 _OPTIONS = pytest.StashKey[sessions.SessionOptions]()
+_VENDOR = pytest.StashKey[object]()
+_RESULTS = pytest.StashKey["ResultRecorder"]()
+MATURITY_ORDER = {"ga": 0, "beta": 1, "alpha": 2}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,6 +41,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dra-preset", default=None, help="feature-gate preset for a started cluster")
     group.addoption("--dra-feature-gates", default="", help="feature-gate overrides for a started cluster")
     group.addoption("--dra-binaries-dir", default=None, help="pre-built Kubernetes/etcd/KWOK binaries")
+    group.addoption("--dra-driver-config", default=None, metavar="VENDOR_YAML",
+                    help="vendor mode: test this driver (kind VendorDriver) instead of the fake driver")
+    group.addoption("--dra-maturity", choices=("ga", "beta", "alpha"), default="alpha",
+                    help="run features up to this maturity: ga, ga+beta, or everything (default)")
+    group.addoption("--dra-features", default="", help="comma-separated feature gates: run only their tests")
+    group.addoption("--dra-report-dir", default=os.environ.get("DRA_HARNESS_REPORT_DIR"),
+                    help="write failure diagnostics (objects, events, component logs) here")
+    group.addoption("--dra-fake-variant", default=None,
+                    help="self-tests only: make the fake driver deliberately broken (fake_devices.variants)")
 
 
 MARKERS = (
@@ -55,6 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", marker)
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
+        config.stash[_RESULTS] = ResultRecorder()
+        config.pluginmanager.register(config.stash[_RESULTS], "dra-harness-results")
         config.stash[_SHARED] = str(sessions.new_shared_dir())
         config.stash[_RUN_ID] = os.environ.get("PYTEST_XDIST_TESTRUNUID", sessions.new_run_id())[:8]
         # `kill` of the run takes the Ctrl-C path, so session teardown still stops the cluster.
@@ -72,6 +86,63 @@ def pytest_configure(config: pytest.Config) -> None:
         preset=config.getoption("--dra-preset"),
         feature_gates=config.getoption("--dra-feature-gates"),
         binaries_dir=config.getoption("--dra-binaries-dir"))
+    vendor_file = config.getoption("--dra-driver-config")
+    if vendor_file:
+        from fake_devices.errors import InvalidInput
+        from harness.config import vendor
+
+        try:
+            config.stash[_VENDOR] = vendor.load(vendor_file)
+        except InvalidInput as err:
+            raise pytest.UsageError(str(err)) from None
+    variant = config.getoption("--dra-fake-variant")
+    if variant:
+        from fake_devices.variants import VARIANTS
+
+        if variant not in VARIANTS:
+            raise pytest.UsageError(f"--dra-fake-variant {variant!r}: unknown; allowed: {', '.join(VARIANTS)}")
+
+
+def vendor_driver(config: pytest.Config):
+    """The VendorDriver under test, or None when the fake driver is under test."""
+    return config.stash.get(_VENDOR, None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Record each test's feature and maturity (for the report), and apply --dra-maturity/--dra-features."""
+    limit = MATURITY_ORDER[config.getoption("--dra-maturity")]
+    wanted = {f.strip() for f in config.getoption("--dra-features").split(",") if f.strip()}
+    kept, dropped = [], []
+    for item in items:
+        marker = item.get_closest_marker("dra_feature")
+        feature = marker.args[0] if marker else None
+        maturity = marker.kwargs.get("maturity", "ga") if marker else None
+        if feature:
+            item.user_properties.append(("dra_feature", feature))
+            item.user_properties.append(("dra_maturity", maturity))
+        too_new = maturity is not None and MATURITY_ORDER.get(maturity, 2) > limit
+        unwanted = bool(wanted) and feature not in wanted
+        (dropped if too_new or unwanted else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """On a failed test, save what explains it: the namespace's pods, claims and events, the slices
+    of the drivers it used, and the last lines of every component log."""
+    report = yield
+    if report.failed and call.when in ("call", "setup"):
+        try:
+            from harness import diagnostics
+
+            path = diagnostics.collect(item, item.config.getoption("--dra-report-dir"))
+            if path:
+                report.sections.append(("dra-harness diagnostics", f"saved to {path}"))
+        except Exception as err:  # diagnostics must never hide the failure itself
+            report.sections.append(("dra-harness diagnostics", f"could not be collected: {err}"))
+    return report
 
 
 def _interrupt(signum, frame):
@@ -85,8 +156,39 @@ def pytest_configure_node(node) -> None:
     node.workerinput["dra_run_id"] = node.config.stash[_RUN_ID]
 
 
+class ResultRecorder:
+    """One record per test for `<report-dir>/results.json` (on the xdist controller, reports of all
+    workers arrive here): outcome, duration, skip reason or failure message, feature and maturity."""
+
+    def __init__(self):
+        self.results: dict[str, dict] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        entry = self.results.setdefault(report.nodeid, {"id": report.nodeid, "outcome": "passed", "seconds": 0.0,
+                                                        "message": "", "properties": {}})
+        entry["seconds"] = round(entry["seconds"] + report.duration, 3)
+        entry["properties"].update(dict(report.user_properties))
+        if report.skipped and entry["outcome"] != "failed":
+            entry["outcome"] = "skipped"
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            entry["message"] = reason.removeprefix("Skipped: ")
+        elif report.failed:
+            entry["outcome"] = "failed"
+            crash = getattr(report.longrepr, "reprcrash", None)
+            entry["message"] = (crash.message if crash else str(report.longrepr))[:2000]
+            entry["phase"] = report.when
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
+    report_dir = config.getoption("--dra-report-dir")
+    if report_dir and getattr(config, "workerinput", None) is None:
+        import json
+        from pathlib import Path
+
+        Path(report_dir).mkdir(parents=True, exist_ok=True)
+        records = sorted(config.stash[_RESULTS].results.values(), key=lambda r: r["id"])
+        (Path(report_dir) / "results.json").write_text(json.dumps(records, indent=2))
     if getattr(config, "workerinput", None) is None and _SHARED in config.stash:
         from pathlib import Path
 
@@ -168,7 +270,7 @@ def cluster_objects(k8s: Clients) -> Iterator["wait.CreatedObjects"]:
 
 
 @pytest.fixture
-def fake_driver(k8s: Clients, unique_name, dra_namespace: str):
+def fake_driver(request: pytest.FixtureRequest, k8s: Clients, unique_name, dra_namespace: str):
     """Start fake-driver instances for a test: `fake_driver({"kwok-node-0": "tiny"})`.
 
     Each instance gets a unique name and driver domain (`<instance>.example.com`), publishes the
@@ -177,12 +279,15 @@ def fake_driver(k8s: Clients, unique_name, dra_namespace: str):
     """
     from fake_devices import config as driver_config
     from fake_devices.controller import FakeDriver
+    from harness.diagnostics import FAKE_DRIVERS
 
     started: list[FakeDriver] = []
+    setattr(request.node, FAKE_DRIVERS, started)  # so a failure report can show their slices
 
     def start(nodes: dict[str, str], **options) -> FakeDriver:
         instance = unique_name(f"fd{len(started)}")
         options.setdefault("workers", 4)
+        options.setdefault("variant", request.config.getoption("--dra-fake-variant"))
         config = driver_config.build(instance, f"{instance}.example.com", [], nodes=nodes, namespace=dra_namespace,
                                      **options)
         driver = FakeDriver(config, k8s.api_client)
