@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     cluster = commands.add_parser("cluster", help="start, stop and inspect clusters")
     cluster_sub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = cluster_sub.add_parser("up", help="start a cluster")
-    up.add_argument("--backend", default="local", help="cluster backend (default: local)")
+    up.add_argument("--backend", default="local",
+                    help="local (default: control plane + KWOK nodes), kind (real kubelets in Docker), "
+                         "existing (a cluster you own, see --kubeconfig)")
     up.add_argument("--name", default="dra-harness", help="cluster name (default: dra-harness)")
     up.add_argument("--config", default=None, metavar="FILE|NAME",
                     help="cluster definition (node pools, profiles, preset): a file or a name from clusters/")
@@ -79,21 +81,29 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--binaries-dir", type=Path, default=None, help="use pre-built binaries from this directory")
     up.add_argument("--source", choices=binaries.SOURCES, default="auto", help="where missing binaries come from")
     up.add_argument("--keep-on-failure", action="store_true", help="leave a failed cluster for inspection")
+    up.add_argument("--kubeconfig", default=None, help="existing: the cluster's kubeconfig (default: $KUBECONFIG)")
+    up.add_argument("--no-deploy", action="store_true",
+                    help="kind, existing: do not deploy the fake driver (vendor mode: bring your own driver)")
+    up.add_argument("--node-image", default=None, metavar="IMAGE",
+                    help="kind: node image, pinned by digest (default: the kind v0.33.0 Kubernetes 1.37 image)")
+    up.add_argument("--driver-image", default=None, metavar="IMAGE",
+                    help="kind: load this local image instead of building one; existing: the image your cluster "
+                         "pulls (default: localhost/dra-harness/fake-driver:<version>)")
     _add_version_flags(up)
     down = cluster_sub.add_parser("down", help="stop a cluster and delete its state")
     down.add_argument("--name", default="dra-harness")
     down.add_argument("--all", action="store_true", help="every cluster this user has")
-    down.add_argument("--backend", default="local")
+    down.add_argument("--backend", default="local", help="local (default), kind or existing")
     status = cluster_sub.add_parser("status", help="show whether a cluster's components are running")
     status.add_argument("--name", default="dra-harness")
-    status.add_argument("--backend", default="local")
+    status.add_argument("--backend", default="local", help="local (default), kind or existing")
     status.add_argument("--json", action="store_true")
     lst = cluster_sub.add_parser("list", help="list clusters")
-    lst.add_argument("--backend", default="local")
+    lst.add_argument("--backend", default="local", help="local (default), kind or existing")
     lst.add_argument("--json", action="store_true")
     kcfg = cluster_sub.add_parser("kubeconfig", help="print the path of a cluster's kubeconfig")
     kcfg.add_argument("--name", default="dra-harness")
-    kcfg.add_argument("--backend", default="local")
+    kcfg.add_argument("--backend", default="local", help="local (default), kind or existing")
 
     prof = commands.add_parser("profiles", help="hardware profiles of the fake driver")
     prof_sub = prof.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -129,6 +139,32 @@ def build_parser() -> argparse.ArgumentParser:
     crun.add_argument("--backend", choices=("local", "existing"), default="local")
     crun.add_argument("--kubeconfig", default=None, help="existing backend: the cluster to test")
     _add_suite_flags(crun)
+
+    load = commands.add_parser("load", help="locust load tests: requeue latency and scheduling throughput")
+    load_sub = load.add_subparsers(dest="action", required=True, metavar="ACTION")
+    lrun = load_sub.add_parser("run", help="one scenario on a fresh local cluster")
+    lrun.add_argument("--scenario", required=True, help="device-freed | slice-added | taint-removed | "
+                                                        "class-created | throughput")
+    lrun.add_argument("--nodes", type=int, default=10)
+    lrun.add_argument("--pending", type=int, default=20, help="waiting pods (throughput: the burst size)")
+    lrun.add_argument("--events", type=int, default=20, help="unblocking events to measure")
+    lrun.add_argument("--devices-per-node", type=int, default=4)
+    lrun.add_argument("--users", type=int, default=1, help="locust users (concurrent events)")
+    lrun.add_argument("--time-limit", type=float, default=300, help="seconds; locust stops at this bound")
+    lrun.add_argument("--hints", choices=("on", "off"), default="on", help="SchedulerPreQueueingHints")
+    lrun.add_argument("--report-dir", type=Path, default=Path("reports/load"))
+    lrun.add_argument("--web", action="store_true", help="serve locust's web UI on 127.0.0.1:8089")
+    lrun.add_argument("--workers", type=int, default=0, help="locust distributed mode: K worker processes")
+    lrun.add_argument("--keep-cluster", action="store_true")
+    lsweep = load_sub.add_parser("sweep", help="a scenario over nodes x pending, hints on and off; plots")
+    lsweep.add_argument("--scenario", required=True)
+    lsweep.add_argument("--nodes", default="10,100", help="comma-separated node counts")
+    lsweep.add_argument("--pending", default="10,100", help="comma-separated waiting-pod counts")
+    lsweep.add_argument("--events", type=int, default=20)
+    lsweep.add_argument("--devices-per-node", type=int, default=4)
+    lsweep.add_argument("--time-limit", type=float, default=600)
+    lsweep.add_argument("--hints", choices=("both", "on", "off"), default="both")
+    lsweep.add_argument("--report-dir", type=Path, default=Path("reports/sweep"))
 
     run = commands.add_parser("run", help="main job: local cluster + fake devices, conformance suite, report, stop")
     _add_suite_flags(run)
@@ -172,6 +208,8 @@ def _dispatch(args, reporter: Reporter, out) -> int:
             report_dir=args.report_dir, workers=args.workers, keep_cluster=args.keep_cluster,
             binaries_dir=args.binaries_dir, versions=_versions(args), pytest_args=args.pytest_args)
         return runner.run(options, reporter, out)
+    if args.command == "load":
+        return _load(args, reporter, out)
     if args.command == "profiles":
         from harness import profiles_cli
 
@@ -183,18 +221,7 @@ def _dispatch(args, reporter: Reporter, out) -> int:
 
     backend = backends.get(args.backend, reporter)
     if args.action == "up":
-        from harness.backends.local.backend import UpOptions
-        from harness.config import cluster as cluster_config
-
-        definition = cluster_config.load(args.config) if args.config else None
-        if definition is not None and args.nodes is not None:
-            raise ConfigError([Problem("--nodes", str(args.nodes), "cannot be combined with --config",
-                                       "set node counts in the definition's nodePools")])
-        options = UpOptions(name=args.name, nodes=3 if args.nodes is None else args.nodes, preset=args.preset,
-                            feature_gates=args.feature_gates, runtime_config=args.runtime_config,
-                            versions=_versions(args), binaries_dir=args.binaries_dir, binary_source=args.source,
-                            keep_on_failure=args.keep_on_failure, definition=definition)
-        info = backend.up(options)
+        info = backend.up(_up_options(args))
         print(f"cluster {info.name!r} is up: {info.server}", file=out)
         print(f"export KUBECONFIG={info.kubeconfig}", file=out)
         return 0
@@ -232,6 +259,92 @@ def _dispatch(args, reporter: Reporter, out) -> int:
         print(backend.status(args.name).kubeconfig, file=out)
         return 0
     raise HarnessError(f"unknown action {args.action}")
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError([Problem(flag, text, "not a comma-separated list of integers", "e.g. 10,100,1000")]) from None
+    if not values:
+        raise ConfigError([Problem(flag, text, "is empty", "e.g. 10,100")])
+    return values
+
+
+def _load(args, reporter: Reporter, out) -> int:
+    from harness import load_runner
+    from load import scenarios
+
+    if args.action == "run":
+        params = scenarios.LoadParams(args.scenario, args.nodes, args.pending, args.events,
+                                      devices_per_node=args.devices_per_node, users=args.users,
+                                      time_limit=args.time_limit)
+        summary = load_runner.run(params, report_dir=args.report_dir, hints=args.hints == "on", web=args.web,
+                                  workers=args.workers, keep_cluster=args.keep_cluster, reporter=reporter)
+        latency = summary["latency_ms"]
+        result = (f"{summary['throughput']['pods']} pods at {summary['throughput']['pods_per_second']} pods/s"
+                  if "throughput" in summary else
+                  f"{latency['n']} events, p50 {latency['p50']} ms, p99 {latency['p99']} ms")
+        print(f"{args.scenario}: {result}; missed requeues {summary.get('scheduler', {}).get('missedRequeues')}; "
+              f"report {args.report_dir / 'load-report.json'}", file=out)
+        return 0 if not summary.get("failures") else 1
+    modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.hints]
+    rows = load_runner.sweep(args.scenario, _int_list(args.nodes, "--nodes"), _int_list(args.pending, "--pending"),
+                             args.events, report_dir=args.report_dir, hints_modes=modes,
+                             devices_per_node=args.devices_per_node, time_limit=args.time_limit, reporter=reporter)
+    print(f"{len(rows)} runs; {args.report_dir / 'sweep.html'}", file=out)
+    return 0
+
+
+# Flags of `cluster up` that only some backends understand: flag -> (attribute, default, backends).
+_BACKEND_FLAGS = {
+    "--binaries-dir": ("binaries_dir", None, ("local",)),
+    "--source": ("source", "auto", ("local",)),
+    "--nodes": ("nodes", None, ("local", "kind")),
+    "--preset": ("preset", None, ("local", "kind")),
+    "--feature-gates": ("feature_gates", "", ("local", "kind")),
+    "--runtime-config": ("runtime_config", "", ("local", "kind")),
+    "--kubeconfig": ("kubeconfig", None, ("existing",)),
+    "--no-deploy": ("no_deploy", False, ("kind", "existing")),
+    "--node-image": ("node_image", None, ("kind",)),
+    "--driver-image": ("driver_image", None, ("kind", "existing")),
+}
+
+
+def _up_options(args):
+    """The backend's options for `cluster up`; a flag the chosen backend does not use is an error."""
+    from harness.config import cluster as cluster_config
+
+    problems = [Problem(flag, str(getattr(args, attr)), f"not used by --backend {args.backend}",
+                        "--backend " + " or ".join(allowed))
+                for flag, (attr, default, allowed) in _BACKEND_FLAGS.items()
+                if args.backend not in allowed and getattr(args, attr) != default]
+    if problems:
+        raise ConfigError(problems)
+    definition = cluster_config.load(args.config) if args.config else None
+    if definition is not None and args.nodes is not None:
+        raise ConfigError([Problem("--nodes", str(args.nodes), "cannot be combined with --config",
+                                   "set node counts in the definition's nodePools")])
+    nodes = 3 if args.nodes is None else args.nodes
+    if args.backend == "kind":
+        from harness.backends.kind import NODE_IMAGE, KindUpOptions
+
+        return KindUpOptions(name=args.name, nodes=nodes, preset=args.preset, feature_gates=args.feature_gates,
+                             runtime_config=args.runtime_config, definition=definition,
+                             node_image=args.node_image or NODE_IMAGE, driver_image=args.driver_image,
+                             keep_on_failure=args.keep_on_failure,
+                             kubernetes_version=args.kubernetes_version.lstrip("v"), deploy=not args.no_deploy)
+    if args.backend == "existing":
+        from harness.backends.existing import ExistingUpOptions
+
+        return ExistingUpOptions(name=args.name, kubeconfig=args.kubeconfig, definition=definition,
+                                 deploy=not args.no_deploy, driver_image=args.driver_image,
+                                 keep_on_failure=args.keep_on_failure)
+    from harness.backends.local.backend import UpOptions
+
+    return UpOptions(name=args.name, nodes=nodes, preset=args.preset, feature_gates=args.feature_gates,
+                     runtime_config=args.runtime_config, versions=_versions(args), binaries_dir=args.binaries_dir,
+                     binary_source=args.source, keep_on_failure=args.keep_on_failure, definition=definition)
 
 
 def _print_status(status, out) -> None:

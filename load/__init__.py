@@ -1,0 +1,2 @@
+"""Load tests: scheduler requeue latency per unblocking event and DRA scheduling throughput, driven by
+locust against a real 1.37 control plane. See docs/load.md."""

@@ -1,0 +1,209 @@
+"""`dra-harness load run` and `load sweep`: fresh local clusters, locust driving the scenarios, and the
+reports (locust's CSV/HTML plus our JSON with the scheduler's metrics and the generator's own cost).
+
+Each run gets its own cluster (N nodes named dev-*, each with a `load-gpu` profile of D GPUs published
+by the fake driver) with SchedulerPreQueueingHints on or off, so runs never influence each other.
+locust runs as its own process (it patches the standard library with gevent), headless with a user
+count, a run-time bound and an event budget; `--web` serves its UI on 127.0.0.1 instead, and
+`--workers K` uses locust's distributed mode (a master and K worker processes).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import yaml
+
+from harness.errors import HarnessError
+from harness.progress import Reporter
+from load import scenarios
+from load.scenarios import USER_CLASSES
+
+LOCUSTFILE = Path(__file__).resolve().parent.parent / "load" / "locustfile.py"
+PROFILE_NAME = "load-gpu"
+
+
+def _profile_yaml(devices_per_node: int) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "dra-harness.x-k8s.io/v1alpha1", "kind": "NodeProfile", "metadata": {"name": PROFILE_NAME},
+        "spec": {"description": f"{devices_per_node} GPUs, for load tests",
+                 "numaNodes": [{"id": 0, "cpus": "0-15", "memory": "64Gi", "pcieRoots": ["pci0000:10"]}],
+                 "gpus": [{"model": "T4", "count": devices_per_node, "attach": [{"pcieRoot": "pci0000:10"}]}]}})
+
+
+def _definition(params: scenarios.LoadParams, work: Path):
+    from harness.config import cluster as cluster_config
+
+    profile_file = work / f"{PROFILE_NAME}.yaml"
+    profile_file.write_text(_profile_yaml(params.devices_per_node))
+    return cluster_config.parse({
+        "apiVersion": cluster_config.API_VERSION, "kind": "Cluster", "metadata": {"name": "load"},
+        "spec": {"driver": {"instance": "load", "domain": "load.example.com"},
+                 "nodePools": [{"name": "dev", "count": params.nodes, "profile": str(profile_file)}]}}, "(load run)")
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool = True, web: bool = False,
+        workers: int = 0, keep_cluster: bool = False, reporter: Reporter | None = None, name: str | None = None) -> dict:
+    """One scenario on one fresh cluster; returns the summary also written to load-report.json."""
+    from harness.backends.local import LocalBackend
+    from harness.backends.local.backend import UpOptions
+    from harness.k8s.client import Clients
+
+    scenarios.validate(params)
+    reporter = reporter or Reporter()
+    report_dir.mkdir(parents=True, exist_ok=True)
+    name = name or f"load-{params.scenario}-{os.getpid() % 10000}"
+    backend = LocalBackend(reporter)
+    work = report_dir / ".work"
+    work.mkdir(exist_ok=True)
+    definition = _definition(params, work)
+    info = backend.up(UpOptions(name=name, definition=definition,
+                                feature_gates=f"SchedulerPreQueueingHints={str(hints).lower()}"))
+    try:
+        if not scenarios.SCENARIOS[params.scenario].devices_at_start:
+            with reporter.step(f"taking the devices away from {params.nodes} nodes (they come back as events)"):
+                _strip_profiles(Clients(info.kubeconfig), params.nodes)
+        results_file = report_dir / "scenario.json"
+        results_file.unlink(missing_ok=True)
+        command = _locust_command(params, info, report_dir, results_file, web=web, workers=workers)
+        with reporter.step(f"locust: {params.scenario}, {params.nodes} nodes, {params.pending} waiting pods, "
+                           f"{params.events} events, hints {'on' if hints else 'off'}"):
+            _run_locust(command, params, workers, report_dir)
+        if not results_file.exists():
+            raise HarnessError("locust finished without results", hint=f"see {report_dir / 'locust.log'}",
+                               log_file=report_dir / "locust.log")
+        scenario_result = json.loads(results_file.read_text())
+    finally:
+        if not keep_cluster:
+            with reporter.step(f"stopping cluster {name!r}"):
+                backend.down(name)
+    latencies = scenario_result["latencies_ms"]
+    aggregate = scenario_result.get("locust") or {}
+    if latencies or params.scenario == "throughput":
+        latency = {"n": len(latencies), "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
+                   "mean": round(statistics.mean(latencies), 2) if latencies else None,
+                   "max": max(latencies) if latencies else None, "source": "harness"}
+        failures = params.events - len(latencies) if params.scenario != "throughput" else aggregate.get("failures")
+    else:  # distributed: the workers measured; the master has locust's aggregate only
+        latency = {"n": aggregate.get("requests", 0) - aggregate.get("failures", 0), "p50": aggregate.get("p50_ms"),
+                   "p99": aggregate.get("p99_ms"), "source": "locust aggregate (workers)"}
+        failures = aggregate.get("failures")
+    summary = {"params": asdict(params), "hints": hints, "cluster": name, "workers": workers,
+               "latency_ms": latency, "failures": failures,
+               **{k: v for k, v in scenario_result.items() if k not in ("latencies_ms",)}}
+    (report_dir / "load-report.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _strip_profiles(clients, nodes: int) -> None:
+    from fake_devices.config import PROFILE_LABEL
+    from harness import wait
+
+    try:
+        for i in range(nodes):
+            clients.core.patch_node(f"dev-{i}", {"metadata": {"labels": {PROFILE_LABEL: None}}})
+        wait.until("the driver to withdraw every slice", lambda: not clients.resource.list_resource_slice().items, 120)
+    finally:
+        clients.close()
+
+
+def _locust_command(params, info, report_dir: Path, results_file: Path, *, web: bool, workers: int) -> list[str]:
+    user_class = USER_CLASSES[params.scenario]
+    users = params.users if params.scenario != "throughput" else max(params.users, 8)
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), user_class, "-u", str(users), "-r", str(users),
+               "--run-time", f"{int(params.time_limit)}s", "--stop-timeout", "10",
+               "--csv", str(report_dir / "locust"), "--html", str(report_dir / "locust.html"),
+               "--kubeconfig", str(info.kubeconfig), "--scenario", params.scenario, "--nodes", str(params.nodes),
+               "--pending", str(params.pending), "--events", str(params.events),
+               "--devices-per-node", str(params.devices_per_node), "--device-profile", PROFILE_NAME,
+               "--scheduler-metrics-url", info.metrics.get("kube-scheduler", ""),
+               "--results-file", str(results_file), "--event-timeout", str(params.event_timeout),
+               "--loglevel", "WARNING"]
+    if web:
+        command += ["--web-host", "127.0.0.1", "--autostart", "--autoquit", "60"]
+    else:
+        command += ["--headless"]
+    if workers:
+        command += ["--master", "--master-bind-host", "127.0.0.1", "--expect-workers", str(workers)]
+    return command
+
+
+def _run_locust(command: list[str], params, workers: int, report_dir: Path) -> None:
+    log = open(report_dir / "locust.log", "w")
+    procs = [subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)]
+    try:
+        worker_command = [c for c in command[:5]] + ["--worker", "--master-host", "127.0.0.1"] + \
+            command[command.index("--kubeconfig"):command.index("--loglevel")]
+        for _ in range(workers):
+            procs.append(subprocess.Popen(worker_command, stdout=log, stderr=subprocess.STDOUT))
+        # Bounded: locust stops itself at --run-time; this is the backstop for set-up that hangs.
+        deadline = time.monotonic() + params.time_limit + 900
+        while procs[0].poll() is None:
+            if time.monotonic() > deadline:
+                raise HarnessError(f"locust did not finish within {params.time_limit + 900:.0f}s",
+                                   log_file=report_dir / "locust.log")
+            time.sleep(0.5)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        log.close()
+
+
+def sweep(scenario: str, nodes: list[int], pending: list[int], events: int, *, report_dir: Path,
+          hints_modes=(True, False), devices_per_node: int = 4, time_limit: float = 600,
+          reporter: Reporter | None = None) -> list[dict]:
+    """Run `scenario` over nodes x pending x hints on/off, each on a fresh cluster; write JSON, CSV, plots."""
+    reporter = reporter or Reporter()
+    for n in nodes:  # refuse the whole grid up front rather than fail half-way through
+        for p in pending:
+            scenarios.validate(scenarios.LoadParams(scenario, n, p, min(events, p) if scenario != "throughput" else events,
+                                                    devices_per_node=devices_per_node, time_limit=time_limit))
+    rows = []
+    for n in nodes:
+        for p in pending:
+            for hints in hints_modes:
+                params = scenarios.LoadParams(scenario, n, p, min(events, p) if scenario != "throughput" else events,
+                                              devices_per_node=devices_per_node, time_limit=time_limit)
+                cell = report_dir / f"{scenario}-n{n}-p{p}-hints-{'on' if hints else 'off'}"
+                summary = run(params, report_dir=cell, hints=hints, reporter=reporter)
+                rows.append({"scenario": scenario, "nodes": n, "pending": p, "hints": hints,
+                             "p50_ms": summary["latency_ms"]["p50"], "p99_ms": summary["latency_ms"]["p99"],
+                             "events": summary["latency_ms"]["n"],
+                             "pods_per_second": (summary.get("throughput") or {}).get("pods_per_second"),
+                             "missed_requeues": (summary.get("scheduler") or {}).get("missedRequeues"),
+                             "generator_cpu_percent": summary["generator"]["cpu_percent"],
+                             "generator_pods_per_second": summary["generator"]["pods_created_per_second"]})
+    write_sweep(rows, report_dir)
+    return rows
+
+
+def write_sweep(rows: list[dict], report_dir: Path) -> None:
+    from load import plots
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "sweep.json").write_text(json.dumps(rows, indent=2))
+    with open(report_dir / "sweep.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["scenario"])
+        writer.writeheader()
+        writer.writerows(rows)
+    plots.write(rows, report_dir)

@@ -1,0 +1,184 @@
+"""Kubernetes operations of the load scenarios (set-up, unblocking events, clean-up) and the watch
+that timestamps pod bindings. Runs inside the locust process (gevent-patched), so it uses plain
+blocking calls; concurrency comes from gevent pools."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import gevent
+import gevent.event
+import gevent.pool
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from fake_devices.config import PROFILE_LABEL
+
+LOAD_LABEL = "dra-harness.x-k8s.io/load"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+class BindingWatch:
+    """Records, per pod, the monotonic time its binding (spec.nodeName) was first seen."""
+
+    def __init__(self, core: kubernetes.client.CoreV1Api, namespace: str):
+        self.core, self.namespace = core, namespace
+        self.bound_at: dict[str, float] = {}
+        self.claimed: set[str] = set()
+        self._greenlet = None
+        self._watch = None
+        self._changed = gevent.event.Event()
+        self._stopping = False
+
+    def start(self) -> "BindingWatch":
+        listing = self.core.list_namespaced_pod(self.namespace)
+        now = time.monotonic()
+        for pod in listing.items:
+            if pod.spec.node_name:
+                self.bound_at[pod.metadata.name] = now
+                self.claimed.add(pod.metadata.name)  # bound before the run: never an event's result
+        # A (gevent-patched) thread rather than gevent.spawn: locust mistakes greenlets spawned during
+        # test_start for users when it stops them.
+        self._greenlet = threading.Thread(target=self._run, args=(listing.metadata.resource_version,),
+                                          name="binding-watch", daemon=True)
+        self._greenlet.start()
+        return self
+
+    def _run(self, resource_version: str) -> None:
+        while not self._stopping:
+            self._watch = kubernetes.watch.Watch()
+            try:
+                for event in self._watch.stream(self.core.list_namespaced_pod, self.namespace,
+                                                resource_version=resource_version, timeout_seconds=300):
+                    pod = event["object"]
+                    resource_version = pod.metadata.resource_version
+                    if pod.spec.node_name and pod.metadata.name not in self.bound_at:
+                        self.bound_at[pod.metadata.name] = time.monotonic()
+                        self._changed.set()
+            except ApiException as err:
+                if err.status != 410:
+                    raise
+                resource_version = self.core.list_namespaced_pod(self.namespace).metadata.resource_version
+            except Exception:
+                if self._stopping:  # stop() closed the stream under us
+                    return
+                raise
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._watch:
+            self._watch.stop()
+
+    def next_binding_after(self, since: float, timeout: float, among: set[str] | None = None) -> float | None:
+        """Seconds from `since` to the first binding after it not yet attributed to another event."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._changed.clear()
+            candidates = [(t, name) for name, t in self.bound_at.items()
+                          if t >= since and name not in self.claimed and (among is None or name in among)]
+            if candidates:
+                when, name = min(candidates)
+                self.claimed.add(name)
+                return when - since
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._changed.wait(remaining):  # woken by the next binding
+                return None
+
+
+def pod(name: str, template: str | None = None, extended: str | None = None) -> dict:
+    container: dict = {"name": "main", "image": PAUSE_IMAGE}
+    spec: dict = {"containers": [container], "terminationGracePeriodSeconds": 0}
+    if template:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+    if extended:
+        container["resources"] = {"limits": {extended: "1"}, "requests": {extended: "1"}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {LOAD_LABEL: "true"}}, "spec": spec}
+
+
+def create_pods(core, namespace: str, pods: list[dict], concurrency: int = 32) -> None:
+    pool = gevent.pool.Pool(concurrency)
+    for body in pods:
+        pool.spawn(_create_with_retry, core, namespace, body)
+    pool.join(raise_error=True)
+
+
+def _create_with_retry(core, namespace: str, body: dict) -> None:
+    for attempt in range(8):
+        try:
+            core.create_namespaced_pod(namespace, body)
+            return
+        except ApiException as err:
+            if err.status == 409:
+                return
+            if err.status in (429, 500, 503) and attempt < 7:
+                gevent.sleep(0.1 * 2 ** attempt)
+                continue
+            raise
+
+
+def wait_until(what: str, check, timeout: float, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        gevent.sleep(interval)
+
+
+def count_bound(core, namespace: str, names: set[str]) -> int:
+    return sum(1 for p in core.list_namespaced_pod(namespace, label_selector=LOAD_LABEL).items
+               if p.metadata.name in names and p.spec.node_name)
+
+
+def all_unschedulable(core, namespace: str, names: set[str]) -> bool:
+    """True once the scheduler tried every one of `names` and parked it as unschedulable."""
+    parked = 0
+    for p in core.list_namespaced_pod(namespace, label_selector=LOAD_LABEL).items:
+        if p.metadata.name in names:
+            if any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in (p.status.conditions or [])):
+                parked += 1
+    return parked == len(names)
+
+
+def label_node_with_profile(core, node: str, profile: str) -> None:
+    core.patch_node(node, {"metadata": {"labels": {PROFILE_LABEL: profile}}})
+
+
+def taint_rule(name: str, driver: str, pool: str) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": name, "labels": {LOAD_LABEL: "true"}},
+            "spec": {"deviceSelector": {"driver": driver, "pool": pool},
+                     "taint": {"key": "dra-harness.x-k8s.io/load", "value": "held", "effect": "NoSchedule"}}}
+
+
+def extended_class(name: str, driver: str, resource: str) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": name, "labels": {LOAD_LABEL: "true"}},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}],
+                     "extendedResourceName": resource}}
+
+
+def claim_template(name: str, device_class: str) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}}}}
+
+
+def cleanup(core, resource, namespace: str) -> None:
+    """Delete what a load run created (namespace, its DeviceTaintRules and DeviceClasses)."""
+    for rule in resource.list_device_taint_rule(label_selector=LOAD_LABEL).items:
+        _ignore_missing(resource.delete_device_taint_rule, rule.metadata.name)
+    for cls in resource.list_device_class(label_selector=LOAD_LABEL).items:
+        _ignore_missing(resource.delete_device_class, cls.metadata.name)
+    _ignore_missing(core.delete_namespace, namespace)
+
+
+def _ignore_missing(call, *args) -> None:
+    try:
+        call(*args)
+    except ApiException as err:
+        if err.status != 404:
+            raise
