@@ -24,7 +24,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 binaries: install
