@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
+import kubernetes
+
 from harness import wait
 from harness.k8s.client import Clients
 
@@ -42,3 +47,331 @@ def unschedulable(k8s: Clients, namespace: str, pod: str, timeout: float = 30):
 
 def running(k8s: Clients, namespace: str, pod: str, timeout: float = 60):
     return wait.pod_phase(k8s, namespace, pod, "Running", timeout=timeout)
+
+
+# --- extended resources ------------------------------------------------------------------------
+
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+
+def extended_resource_claim(k8s: Clients, namespace: str, pod: str, timeout: float = 60):
+    """(pod, claim): the pod once the scheduler recorded `status.extendedResourceClaimStatus`, and
+    the ResourceClaim it names."""
+    def recorded():
+        found = k8s.core.read_namespaced_pod(pod, namespace)
+        status = found.status.extended_resource_claim_status
+        return found if status and status.resource_claim_name else None
+
+    found = wait.until(f"the extended-resource claim of pod {pod}", recorded, timeout,
+                       diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+    claim = k8s.resource.read_namespaced_resource_claim(found.status.extended_resource_claim_status.resource_claim_name,
+                                                        namespace)
+    return found, claim
+
+
+def request_mappings(pod) -> list[tuple[str, str, str]]:
+    """(container, resource, request) of `pod.status.extendedResourceClaimStatus.requestMappings`."""
+    return [(m.container_name, m.resource_name, m.request_name)
+            for m in pod.status.extended_resource_claim_status.request_mappings]
+
+
+def claim_deleted(k8s: Clients, namespace: str, claim: str, timeout: float = 60) -> None:
+    wait.until(f"claim {namespace}/{claim} to be deleted",
+               lambda: claim not in {c.metadata.name for c in k8s.resource.list_namespaced_resource_claim(namespace).items},
+               timeout, diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+
+
+def scheduling_state(pod) -> str:
+    """"Running", "Unschedulable" (the scheduler said so) or the pod's phase."""
+    if pod.status.phase == "Running":
+        return "Running"
+    for c in pod.status.conditions or []:
+        if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+            return "Unschedulable"
+    return pod.status.phase or "Unknown"
+
+
+def pods_settled(k8s: Clients, namespace: str, running: int, unschedulable: int, timeout: float = 60) -> dict:
+    """Wait until exactly `running` pods of the namespace run and `unschedulable` are refused by the
+    scheduler; return {pod name: pod}."""
+    def settled():
+        pods = {p.metadata.name: p for p in k8s.core.list_namespaced_pod(namespace).items}
+        states = [scheduling_state(p) for p in pods.values()]
+        if (states.count("Running"), states.count("Unschedulable")) == (running, unschedulable) \
+                and len(states) == running + unschedulable:
+            return pods
+        return None
+
+    return wait.until(f"{running} running and {unschedulable} unschedulable pods in {namespace}", settled, timeout,
+                      diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+
+
+# --- device taints -----------------------------------------------------------------------------
+
+def device_taints(k8s: Clients, driver: str, pool: str, device: str) -> list:
+    """The taints a driver publishes on one device (in the newest generation of its pool)."""
+    slices = [s for s in k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items
+              if s.spec.pool.name == pool]
+    if not slices:
+        return []
+    newest = max(s.spec.pool.generation for s in slices)
+    for item in slices:
+        if item.spec.pool.generation != newest:
+            continue
+        for found in item.spec.devices or []:
+            if found.name == device:
+                return list(found.taints or [])
+    return []
+
+
+def published_taints(k8s: Clients, driver: str, pool: str, device: str, expected: list[tuple[str, str, str]],
+                     timeout: float = 30) -> list:
+    """Wait until `device` carries exactly the taints `expected` as (key, value, effect); return them."""
+    def matches():
+        taints = device_taints(k8s, driver, pool, device)
+        return (taints,) if [(t.key, t.value, t.effect) for t in taints] == expected else None
+
+    (taints,) = wait.until(f"device {driver}/{pool}/{device} to carry the taints {expected}", matches, timeout,
+                           diagnostics=lambda: f"taints now: {device_taints(k8s, driver, pool, device)}")
+    return taints
+
+
+def rule_condition(k8s: Clients, rule: str, reason: str, timeout: float = 30):
+    """Wait until the DeviceTaintRule's EvictionInProgress condition has `reason`; return the condition."""
+    def current():
+        status = k8s.resource.read_device_taint_rule(rule).status
+        for c in (status.conditions if status else None) or []:
+            if c.type == "EvictionInProgress" and c.reason == reason:
+                return c
+        return None
+
+    def observed() -> str:
+        status = k8s.resource.read_device_taint_rule(rule).status
+        return f"conditions now: {(status.conditions if status else None) or []}"
+
+    return wait.until(f"DeviceTaintRule {rule} condition EvictionInProgress with reason {reason}", current, timeout,
+                      diagnostics=observed)
+
+
+def disruption_target(pod):
+    """The pod's DisruptionTarget=True condition, if any."""
+    for c in (pod.status.conditions or []) if pod.status else []:
+        if c.type == "DisruptionTarget" and c.status == "True":
+            return c
+    return None
+
+
+def is_evicted(event_type: str, pod) -> bool:
+    """An eviction became visible: marked as disruption target, terminating or gone."""
+    return event_type == "DELETED" or pod.metadata.deletion_timestamp is not None or disruption_target(pod) is not None
+
+
+class PodHistory:
+    """Every change of the pods of a namespace, stamped with time.monotonic() when it arrived.
+
+    A watch in a background thread, started from a list's resourceVersion, so nothing that happens
+    after start() is missed (a pod marked and deleted within milliseconds included). Use as a
+    context manager around the steps whose effects are to be timed.
+    """
+
+    def __init__(self, k8s: Clients, namespace: str):
+        self.k8s, self.namespace = k8s, namespace
+        self.events: list[tuple[float, str, object]] = []  # (monotonic time, event type, pod)
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._watch = None
+        self._thread: threading.Thread | None = None
+        self.error: Exception | None = None
+
+    def __enter__(self) -> "PodHistory":
+        version = self.k8s.core.list_namespaced_pod(self.namespace).metadata.resource_version
+        self._thread = threading.Thread(target=self._run, args=(version,), name=f"pod-history-{self.namespace}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self, version: str) -> None:
+        while not self._stop.is_set():
+            self._watch = kubernetes.watch.Watch()
+            try:
+                for event in self._watch.stream(self.k8s.core.list_namespaced_pod, self.namespace,
+                                                resource_version=version, timeout_seconds=20,
+                                                allow_watch_bookmarks=True):
+                    arrived = time.monotonic()
+                    obj = event["object"]
+                    version = obj.metadata.resource_version
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        with self._changed:
+                            self.events.append((arrived, event["type"], obj))
+                            self._changed.notify_all()
+                    if self._stop.is_set():
+                        return
+            except Exception as err:  # a history with a gap would be a lie: report it to waiters
+                if not self._stop.is_set():
+                    with self._changed:
+                        self.error = err
+                        self._changed.notify_all()
+                return
+            finally:
+                self._watch.stop()
+
+    def first(self, pod: str, predicate) -> tuple[float, object] | None:
+        """(arrival time, pod) of the first recorded change of `pod` with predicate(type, pod) true."""
+        with self._changed:
+            for arrived, kind, obj in self.events:
+                if obj.metadata.name == pod and predicate(kind, obj):
+                    return arrived, obj
+        return None
+
+    def wait_for(self, what: str, pod: str, predicate, timeout: float) -> tuple[float, object]:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = self.first(pod, predicate)  # re-entrant: Condition wraps an RLock
+                if found:
+                    return found
+                if self.error is not None:
+                    raise AssertionError(f"watching pods of {self.namespace} failed: {self.error}")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+        raise wait.WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}\n"
+                               + wait.describe_namespace(self.k8s, self.namespace))
+
+    def eviction(self, pod: str, timeout: float = 30) -> tuple[float, object]:
+        """(arrival time, pod) of the first sign that `pod` is being evicted."""
+        return self.wait_for(f"pod {pod} to be evicted", pod, is_evicted, timeout)
+
+    def evicted_by_taint_manager(self, pod: str, timeout: float = 30):
+        """The DisruptionTarget condition the device taint eviction controller put on `pod`."""
+        _, obj = self.wait_for(f"pod {pod} to be marked as DisruptionTarget", pod,
+                               lambda kind, p: disruption_target(p) is not None, timeout)
+        return disruption_target(obj)
+
+    def gone(self, pod: str, timeout: float = 30) -> float:
+        arrived, _ = self.wait_for(f"pod {pod} to be deleted", pod, lambda kind, p: kind == "DELETED", timeout)
+        return arrived
+
+
+def untouched(k8s: Clients, history: PodHistory, namespace: str, pod: str) -> None:
+    """`pod` was never marked for eviction while `history` watched, and still runs."""
+    found = history.first(pod, is_evicted)
+    assert found is None, f"pod {pod} was evicted: {found[1].status.conditions if found else ''}"
+    current = k8s.core.read_namespaced_pod(pod, namespace)
+    assert current.metadata.deletion_timestamp is None and current.status.phase == "Running", \
+        f"pod {pod}: phase {current.status.phase}, deletionTimestamp {current.metadata.deletion_timestamp}"
+
+
+# --- pod groups, published device attributes, API rejections -----------------------------------
+
+def scheduler_caught_up(k8s: Clients, namespace: str, name: str = "witness", timeout: float = 60):
+    """Create a pod without claims and wait until it runs.
+
+    The scheduler handles pod events in the order they arrive and takes pods of equal priority
+    first-come first-served, so once this pod is bound, every pod created before it has had its turn:
+    one of those still unbound afterwards was held back, not merely not looked at yet.
+    """
+    from conformance import objects
+
+    k8s.core.create_namespaced_pod(namespace, objects.pod(name, [objects.container("main")]))
+    return running(k8s, namespace, name, timeout)
+
+
+def unbound(k8s: Clients, namespace: str, *pods: str) -> None:
+    for name in pods:
+        found = k8s.core.read_namespaced_pod(name, namespace)
+        assert found.spec.node_name is None, f"pod {name} was bound to {found.spec.node_name}"
+
+
+def pod_group_condition(k8s: Clients, namespace: str, group: str, status: str, timeout: float = 60):
+    """Wait until the PodGroup's PodGroupInitiallyScheduled condition has `status`; return the condition."""
+    def current():
+        found = k8s.scheduling.read_namespaced_pod_group(group, namespace)
+        for c in (found.status.conditions if found.status else None) or []:
+            if c.type == "PodGroupInitiallyScheduled" and c.status == status:
+                return c
+        return None
+
+    return wait.until(f"PodGroup {group} condition PodGroupInitiallyScheduled={status}", current, timeout,
+                      diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+
+
+def pod_claim_names(pod) -> dict[str, str]:
+    """{pod claim entry: generated ResourceClaim} from `pod.status.resourceClaimStatuses`."""
+    return {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or [])}
+
+
+def claims_controlled_by(k8s: Clients, namespace: str, kind: str, uid: str) -> list:
+    """The ResourceClaims of the namespace whose controller is the object `kind` with `uid`."""
+    return [c for c in k8s.resource.list_namespaced_resource_claim(namespace).items
+            if any(o.controller and o.kind == kind and o.uid == uid for o in (c.metadata.owner_references or []))]
+
+
+def consumers(claim) -> list[tuple[str | None, str, str, str]]:
+    """(apiGroup, resource, name, uid) of every entry of `status.reservedFor`."""
+    return [(r.api_group or None, r.resource, r.name, r.uid) for r in (claim.status.reserved_for or [])]
+
+
+def allocated_claim(k8s: Clients, namespace: str, claim: str, timeout: float = 60):
+    """Wait until the ResourceClaim is allocated; return it."""
+    def check():
+        found = k8s.resource.read_namespaced_resource_claim(claim, namespace)
+        return found if found.status and found.status.allocation else None
+
+    return wait.until(f"claim {namespace}/{claim} to be allocated", check, timeout,
+                      diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+
+
+def published_device(k8s: Clients, driver: str, pool: str, device: str):
+    """The device as its driver publishes it in a ResourceSlice (newest generation of the pool)."""
+    slices = [s for s in k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items
+              if s.spec.pool.name == pool]
+    newest = max((s.spec.pool.generation for s in slices), default=None)
+    for item in slices:
+        if item.spec.pool.generation == newest:
+            for found in item.spec.devices or []:
+                if found.name == device:
+                    return found
+    raise AssertionError(f"device {driver}/{pool}/{device} is not published")
+
+
+def attribute_value(device, attribute: str):
+    """The value of one attribute of a published device, whatever its type (None if not set)."""
+    found = (device.attributes or {}).get(attribute)
+    if found is None:
+        return None
+    for kind in ("int", "string", "bool", "version"):
+        value = getattr(found, kind)
+        if value is not None:
+            return value
+    return None
+
+
+def allocated_attribute(k8s: Clients, claim, attribute: str) -> dict[str, object]:
+    """{driver/pool/device: value of `attribute`} for every device allocated to `claim`, read from the
+    ResourceSlices the drivers published (not from the claim)."""
+    return {f"{r.driver}/{r.pool}/{r.device}": attribute_value(published_device(k8s, r.driver, r.pool, r.device),
+                                                               attribute)
+            for r in claim.status.allocation.devices.results}
+
+
+def rejected(call, *args, status: int = 422, **kwargs) -> str:
+    """Call the API expecting a rejection with HTTP `status`; return the server's message."""
+    import json
+
+    from kubernetes.client.rest import ApiException
+
+    try:
+        call(*args, **kwargs)
+    except ApiException as err:
+        assert err.status == status, f"expected HTTP {status}, got {err.status}: {err.body}"
+        return json.loads(err.body)["message"]
+    raise AssertionError(f"{getattr(call, '__name__', call)} was accepted, expected HTTP {status}")

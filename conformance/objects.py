@@ -52,3 +52,149 @@ def pod_with_template_claim(name: str, template: str, node_selector: dict | None
     if node_selector:
         spec["nodeSelector"] = node_selector
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+# --- pods with extended resources, several containers, device tolerations ---------------------
+
+def container(name: str, *, limits: dict[str, str] | None = None, claims: list[str] = (),
+              restart_policy: str | None = None) -> dict:
+    """A pause container; `limits` (requests default to them), pod claim names it uses, and
+    `restart_policy="Always"` to make an init container a sidecar."""
+    result: dict = {"name": name, "image": PAUSE_IMAGE}
+    resources: dict = {}
+    if limits:
+        resources["limits"] = dict(limits)
+    if claims:
+        resources["claims"] = [{"name": claim} for claim in claims]
+    if resources:
+        result["resources"] = resources
+    if restart_policy:
+        result["restartPolicy"] = restart_policy
+    return result
+
+
+def pod(name: str, containers: list[dict], *, init_containers: list[dict] | None = None,
+        resource_claims: list[dict] | None = None, node_selector: dict | None = None) -> dict:
+    spec: dict = {"containers": containers, "terminationGracePeriodSeconds": 0}
+    if init_containers:
+        spec["initContainers"] = init_containers
+    if resource_claims:
+        spec["resourceClaims"] = resource_claims
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def pod_with_extended_resources(name: str, limits: dict[str, str], node_selector: dict | None = None) -> dict:
+    """One container asking for extended resources (no ResourceClaim in the pod spec)."""
+    return pod(name, [container("main", limits=limits)], node_selector=node_selector)
+
+
+def device_toleration(key: str, *, operator: str = "Equal", value: str | None = None, effect: str | None = None,
+                      seconds: int | None = None) -> dict:
+    """A DeviceToleration (effect None/empty matches every effect; seconds only for NoExecute)."""
+    result: dict = {"key": key, "operator": operator}
+    if value is not None:
+        result["value"] = value
+    if effect is not None:
+        result["effect"] = effect
+    if seconds is not None:
+        result["tolerationSeconds"] = seconds
+    return result
+
+
+def tolerating(device_request: dict, *tolerations: dict) -> dict:
+    """A copy of an `exactly` request (see request()) that tolerates the given device taints."""
+    exactly = {**device_request["exactly"], "tolerations": [dict(t) for t in tolerations]}
+    return {**device_request, "exactly": exactly}
+
+
+# --- pod groups (workload claims), constraints, prioritized lists, admin access ----------------
+
+NUMA_NODE = "resource.kubernetes.io/numaNode"
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+
+
+def standard_attribute(name: str) -> str:
+    """CEL for a standard attribute (`numaNode` -> device.attributes["resource.kubernetes.io"].numaNode)."""
+    return f'device.attributes["resource.kubernetes.io"].{name}'
+
+
+def claim_ref(name: str, *, claim: str | None = None, template: str | None = None) -> dict:
+    """A claim entry as Pods and PodGroups both list it: {name, resourceClaimName | resourceClaimTemplateName}."""
+    entry: dict = {"name": name}
+    if claim is not None:
+        entry["resourceClaimName"] = claim
+    if template is not None:
+        entry["resourceClaimTemplateName"] = template
+    return entry
+
+
+def pod_with_claims(name: str, claims: list[dict], *, pod_group: str | None = None,
+                    node_selector: dict | None = None) -> dict:
+    """A pause pod whose one container uses every claim entry (see claim_ref()); `pod_group` makes it a
+    member of that PodGroup (spec.schedulingGroup.podGroupName)."""
+    body = pod(name, [container("main", claims=[c["name"] for c in claims])],
+               resource_claims=[dict(c) for c in claims] or None, node_selector=node_selector)
+    if pod_group:
+        body["spec"]["schedulingGroup"] = {"podGroupName": pod_group}
+    return body
+
+
+def scheduling_policy(min_count: int | None) -> dict:
+    """`gang` with minCount, or `basic` when min_count is None."""
+    return {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
+
+
+def pod_group(name: str, claims: list[dict] = (), *, min_count: int | None = None,
+              workload: tuple[str, str] | None = None) -> dict:
+    """A scheduling.k8s.io/v1beta1 PodGroup; `workload` = (Workload name, podGroupTemplate name)."""
+    spec: dict = {"schedulingPolicy": scheduling_policy(min_count)}
+    if claims:
+        spec["resourceClaims"] = [dict(c) for c in claims]
+    if workload:
+        spec["workloadRef"] = {"workloadName": workload[0], "templateName": workload[1]}
+    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
+
+
+def workload(name: str, template: str, claims: list[dict] = (), *, min_count: int | None = None) -> dict:
+    """A scheduling.k8s.io/v1beta1 Workload with one podGroupTemplate."""
+    group: dict = {"name": template, "schedulingPolicy": scheduling_policy(min_count)}
+    if claims:
+        group["resourceClaims"] = [dict(c) for c in claims]
+    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "Workload", "metadata": {"name": name},
+            "spec": {"podGroupTemplates": [group]}}
+
+
+def resource_claim(name: str, requests: list[dict], constraints: list[dict] | None = None) -> dict:
+    devices: dict = {"requests": requests}
+    if constraints:
+        devices["constraints"] = constraints
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": devices}}
+
+
+def match_attribute(attribute: str, *requests: str) -> dict:
+    """A constraint: the devices of `requests` (all requests if none) share `attribute`."""
+    return {"requests": list(requests), "matchAttribute": attribute} if requests else {"matchAttribute": attribute}
+
+
+def distinct_attribute(attribute: str, *requests: str) -> dict:
+    """A constraint: the devices of `requests` (all requests if none) all differ in `attribute`."""
+    return ({"requests": list(requests), "distinctAttribute": attribute} if requests
+            else {"distinctAttribute": attribute})
+
+
+def first_available(name: str, *subrequests: dict) -> dict:
+    """A request served by the first of `subrequests` (each built with request(); its name becomes the
+    subrequest name) that can be allocated."""
+    return {"name": name, "firstAvailable": [{"name": s["name"], **s["exactly"]} for s in subrequests]}
+
+
+def admin_request(device_class_name: str, *, name: str = "gpu", selectors: list[str] = ()) -> dict:
+    """An `exactly` request with adminAccess: true (monitoring/maintenance access to in-use devices)."""
+    result = request(device_class_name, name=name, selectors=selectors)
+    result["exactly"]["adminAccess"] = True
+    return result

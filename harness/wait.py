@@ -114,6 +114,12 @@ class CreatedObjects:
                                lambda: self.k8s.resource.delete_resource_slice(obj.metadata.name)))
         return obj
 
+    def device_taint_rule(self, body: dict):
+        obj = self.k8s.resource.create_device_taint_rule(body)
+        self._deleters.append((f"DeviceTaintRule {obj.metadata.name}",
+                               lambda: self.k8s.resource.delete_device_taint_rule(obj.metadata.name)))
+        return obj
+
     def delete_all(self) -> None:
         errors = []
         for what, delete in reversed(self._deleters):
