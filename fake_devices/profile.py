@@ -17,7 +17,7 @@ import yaml
 
 from fake_devices import mig
 from fake_devices.errors import InvalidInput, Problem
-from fake_devices.schema import DNS_LABEL, Reader, is_qualified_name, quantity_value
+from fake_devices.schema import DNS_LABEL, Reader, is_qualified_name, quantity_value, read_header
 
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
 KIND = "NodeProfile"
@@ -151,16 +151,8 @@ def parse(data, source: str) -> Profile:
     """Validate a profile document; raise InvalidInput listing every problem."""
     problems: list[Problem] = []
     top = Reader(data, source, "", problems)
-    api_version = top.str("apiVersion", required=True)
-    if api_version is not None and api_version != API_VERSION:
-        top.fail("apiVersion", f"unsupported apiVersion {api_version!r}", API_VERSION)
-    kind = top.str("kind", required=True)
-    if kind is not None and kind != KIND:
-        top.fail("kind", f"expected {KIND}, not {kind!r}", KIND)
-    meta = top.mapping("metadata", required=True)
-    name = meta.str("name", required=True, pattern=DNS_LABEL, allowed="a DNS label: lowercase letters, digits, '-'")
-    meta.done()
-    spec = top.mapping("spec", required=True)
+    name, spec = read_header(top, API_VERSION, KIND, name_pattern=DNS_LABEL,
+                             name_allowed="a DNS label: lowercase letters, digits, '-'")
     description = spec.str("description", default="") or ""
     node_labels = {str(k): str(v) for k, v in spec.raw_mapping("nodeLabels").items()}
 

@@ -146,3 +146,18 @@ class Reader:
         for key in self.data:
             if key not in self._seen:
                 self.fail(self.at(str(key)), "unknown field", ", ".join(sorted(self._seen)) or None)
+
+
+def read_header(top: Reader, api_version: str, kind: str, *, name_pattern: re.Pattern | None = None,
+                name_allowed: str | None = None) -> tuple[str | None, Reader]:
+    """Check a document's apiVersion, kind and metadata.name; return the name and the spec reader."""
+    found_version = top.str("apiVersion", required=True)
+    if found_version is not None and found_version != api_version:
+        top.fail("apiVersion", f"unsupported apiVersion {found_version!r}", api_version)
+    found_kind = top.str("kind", required=True)
+    if found_kind is not None and found_kind != kind:
+        top.fail("kind", f"expected {kind}, not {found_kind!r}", kind)
+    meta = top.mapping("metadata", required=True)
+    name = meta.str("name", required=True, pattern=name_pattern, allowed=name_allowed)
+    meta.done()
+    return name, top.mapping("spec", required=True)

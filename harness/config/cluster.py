@@ -23,7 +23,7 @@ import yaml
 from fake_devices import profile as profiles
 from fake_devices.config import DEVICE_TYPES
 from fake_devices.errors import InvalidInput, Problem
-from fake_devices.schema import DNS_LABEL, DNS_SUBDOMAIN, Reader
+from fake_devices.schema import DNS_LABEL, DNS_SUBDOMAIN, Reader, read_header
 
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
 KIND = "Cluster"
@@ -106,16 +106,7 @@ def _bool_map(reader: Reader, key: str) -> dict[str, bool]:
 def parse(data, source: str) -> ClusterDefinition:
     problems: list[Problem] = []
     top = Reader(data, source, "", problems)
-    api_version = top.str("apiVersion", required=True)
-    if api_version is not None and api_version != API_VERSION:
-        top.fail("apiVersion", f"unsupported apiVersion {api_version!r}", API_VERSION)
-    kind = top.str("kind", required=True)
-    if kind is not None and kind != KIND:
-        top.fail("kind", f"expected {KIND}, not {kind!r}", KIND)
-    meta = top.mapping("metadata", required=True)
-    name = meta.str("name", required=True, pattern=DNS_LABEL, allowed="a DNS label")
-    meta.done()
-    spec = top.mapping("spec", required=True)
+    name, spec = read_header(top, API_VERSION, KIND, name_pattern=DNS_LABEL, name_allowed="a DNS label")
     preset = spec.str("preset")
     gates = _bool_map(spec, "featureGates")
     runtime = _bool_map(spec, "runtimeConfig")

@@ -21,9 +21,10 @@ from pathlib import Path
 import yaml
 
 from fake_devices.errors import InvalidInput, Problem
-from fake_devices.schema import DNS_SUBDOMAIN, Reader
+from fake_devices.schema import DNS_SUBDOMAIN, Reader, read_header
 
 KIND = "VendorDriver"
+API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,7 @@ def load(path: str) -> VendorDriver:
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise InvalidInput([Problem(path, "(file)", f"cannot read: {err}")]) from None
     top = Reader(data, path, "", problems)
-    top.str("apiVersion", required=True)
-    kind = top.str("kind", required=True)
-    if kind is not None and kind != KIND:
-        top.fail("kind", f"expected {KIND}, not {kind!r}", KIND)
-    meta = top.mapping("metadata", required=True)
-    name = meta.str("name", required=True)
-    meta.done()
-    spec = top.mapping("spec", required=True)
+    name, spec = read_header(top, API_VERSION, KIND)
     drivers = []
     for i, driver in enumerate(spec.scalars("drivers")):
         if not isinstance(driver, str) or not DNS_SUBDOMAIN.match(driver) or len(driver) > 63:
