@@ -6,14 +6,14 @@ BIN := $(VENV)/bin
 REPORT_DIR ?= reports
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test unit install binaries clean
+.PHONY: run test unit install binaries wirecompat clean
 
 # Main job: local real 1.37 control plane + KWOK nodes, conformance suite, report, stop.
 run: install binaries
 	$(BIN)/dra-harness run --report-dir $(REPORT_DIR)
 
 # The harness's own tests and the conformance suite, on a local cluster started for the run.
-test: install binaries
+test: install binaries wirecompat
 	$(BIN)/pytest -n $(PYTEST_WORKERS) tests conformance
 
 unit: install
@@ -29,6 +29,10 @@ $(VENV)/.installed: pyproject.toml
 
 binaries: install
 	$(BIN)/dra-harness binaries install
+
+# The Go client of the kubelet-plugin wire tests (tests/wirecompat), built once into the cache.
+wirecompat: install
+	$(BIN)/python -m harness.wirecompat
 
 clean:
 	rm -rf $(VENV) $(REPORT_DIR) .pytest_cache

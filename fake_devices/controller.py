@@ -212,9 +212,12 @@ class FakeDriver:
                     if self._stop.is_set():
                         break
                     obj = event["object"]
+                    if event["type"] == "BOOKMARK":  # the client leaves bookmarks as plain dicts
+                        resource_version = (obj.get("metadata") or {}).get("resourceVersion", resource_version) \
+                            if isinstance(obj, dict) else obj.metadata.resource_version
+                        continue
                     resource_version = obj.metadata.resource_version
-                    if event["type"] != "BOOKMARK":
-                        on_event(event["type"], obj)
+                    on_event(event["type"], obj)
             except ApiException as err:
                 if err.status == 410:  # too old: list again
                     resource_version = None

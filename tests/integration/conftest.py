@@ -1,3 +1,3 @@
 """Fixtures of the integration tests (cluster fixtures come from the dra-harness plugin)."""
 
-from conformance.conftest import simulated_node  # noqa: F401  (a Ready KWOK node of the cluster)
+from conformance.conftest import simulated_node, simulated_nodes  # noqa: F401  (Ready KWOK nodes of the cluster)

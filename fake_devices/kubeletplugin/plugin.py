@@ -1,0 +1,219 @@
+"""The node half of the fake driver: a kubelet DRA plugin for one driver name on one node.
+
+    <registry_dir>/<driver>-reg.sock   pluginregistration.Registration (the kubelet's plugin watcher)
+    <plugins_dir>/<driver>/dra.sock    DRAPlugin v1 + v1beta1, DRAResourceHealth v1 + v1alpha1
+
+start(): load the checkpoint (restore CDI files of prepared claims), list the driver's slices for
+this node, start watching the fault ConfigMap, serve dra.sock, and only then registration, so the
+kubelet never finds a registration whose endpoint is not ready. stop(): the reverse; both sockets
+are removed. Runs as `python -m fake_devices.kubeletplugin` or in-process (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import stat
+import threading
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import kubernetes
+
+from fake_devices import profile as profiles
+from fake_devices import render
+from fake_devices.config import PROFILE_LABEL
+from fake_devices.faults import parse_faults
+from fake_devices.kubeletplugin import servicers
+from fake_devices.kubeletplugin.checkpoint import Checkpoint
+from fake_devices.kubeletplugin.config import PluginConfig
+from fake_devices.kubeletplugin.health import HealthMonitor
+from fake_devices.kubeletplugin.inventory import Inventory
+from fake_devices.kubeletplugin.prepare import Preparer, read_claim_with
+from fake_devices.kubeletplugin.watch import ListWatch
+
+log = logging.getLogger("fake_devices.kubeletplugin")
+FAULTS_SYNC_SECONDS = 10.0
+
+
+class PluginError(Exception):
+    pass
+
+
+class KubeletPlugin:
+    def __init__(self, config: PluginConfig, api_client: kubernetes.client.ApiClient):
+        self.config = config.validate()
+        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.resource = kubernetes.client.ResourceV1Api(api_client)
+        self.checkpoint = Checkpoint(Checkpoint.file_for(config.state_path, config.driver), config.driver, config.node)
+        self.inventory = Inventory(self.resource.list_resource_slice, config.driver, config.node,
+                                   on_change=self._devices_changed)
+        self.preparer = Preparer(config.driver, config.node, config.cdi_dir, read_claim_with(self.resource),
+                                 self.inventory, self.checkpoint, self._node_labels)
+        source = (f"ConfigMap {config.namespace}/{config.faults_configmap}" if config.faults_configmap
+                  else "(no fault source: --instance not given)")
+        self.health = HealthMonitor(self._known_devices, lambda: set(self.inventory.devices()), source)
+        self.registration = servicers.Registration(config.driver, str(config.dra_socket.absolute()))
+        self._profile_devices: list[tuple[str, str]] = []
+        self._faults_watch: ListWatch | None = None
+        self._servers: list[tuple[grpc.Server, Path]] = []
+        self._stopped = threading.Event()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> "KubeletPlugin":
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        config = self.config
+        for directory in (config.plugin_dir, config.registration_socket.parent, config.cdi_dir, config.state_path):
+            Path(directory).mkdir(parents=True, exist_ok=True)
+        self.checkpoint.load()
+        restored = self.preparer.restore()
+        if restored:
+            log.info("restored %d CDI specs of prepared claims from the checkpoint", restored)
+        self._profile_devices = self._devices_of_profile()
+        self.inventory.start()
+        if not self.inventory.wait_synced(config.sync_timeout):
+            raise PluginError(f"could not list the ResourceSlices of {config.driver} on node {config.node} within "
+                              f"{config.sync_timeout:.0f}s: {self.inventory.last_error or 'no answer'}")
+        if config.faults_configmap:
+            self._faults_watch = ListWatch(f"faults {config.namespace}/{config.faults_configmap}",
+                                           self.core.list_namespaced_config_map, self._faults_changed,
+                                           namespace=config.namespace,
+                                           field_selector=f"metadata.name={config.faults_configmap}").start()
+            if not self._faults_watch.wait_synced(min(config.sync_timeout, FAULTS_SYNC_SECONDS)):
+                log.warning("fault state not read yet (%s): devices report UNKNOWN health until it is",
+                            self._faults_watch.last_error or "no answer")
+        else:
+            self.health.set_faults({})
+        self.health.recompute()
+        dra = new_server(config.max_message_bytes, config.workers)
+        servicers.add_dra_services(dra, self.preparer, self.health, config.health_interval)
+        self._servers.append((dra, serve_unix(dra, config.dra_socket)))
+        registration = new_server(config.max_message_bytes, 2)
+        servicers.add_registration_service(registration, self.registration)
+        self._servers.append((registration, serve_unix(registration, config.registration_socket)))
+        log.info("serving %s on %s (registration %s)", config.driver, config.dra_socket, config.registration_socket)
+
+    def stop(self, grace: float = 2.0) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.health.close()  # ends the health streams, so the servers can stop
+        for server, path in reversed(self._servers):  # registration first: the kubelet stops using us
+            stop_server(server, path, grace)
+        self._servers.clear()
+        if self._faults_watch is not None:
+            self._faults_watch.stop()
+        self.inventory.stop()
+
+    def __enter__(self) -> "KubeletPlugin":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- health sources ---------------------------------------------------------------------
+
+    def _devices_of_profile(self) -> list[tuple[str, str]]:
+        """Every device the node's profile gives this driver (pool = node), so that devices lost
+        before this plugin started are still reported. Without a profile: only published devices."""
+        name = self.config.profile
+        if name is None:
+            try:
+                node = self.core.read_node(self.config.node, _request_timeout=30)
+                name = (node.metadata.labels or {}).get(PROFILE_LABEL)
+            except Exception as err:  # health still works from the published slices
+                log.warning("cannot read node %s for its profile label: %s", self.config.node, err)
+        if not name:
+            return []
+        driver = self.config.driver
+        domain = driver.split(".", 1)[1] if "." in driver else ""
+        drivers = render.Drivers(domain)
+        if driver not in drivers.all():
+            log.warning("driver %s is not a fake-driver name (gpu./storage./nic.<domain>): profile %s not used",
+                        driver, name)
+            return []
+        prof = profiles.load(name)
+        devices, _ = render.devices_by_driver(prof, self.config.node, drivers).get(driver, ([], []))
+        return [(self.config.node, d["name"]) for d in devices]
+
+    def _known_devices(self) -> list[tuple[str, str]]:
+        known = dict.fromkeys(self._profile_devices)
+        known.update(dict.fromkeys(self.inventory.seen()))
+        return list(known)
+
+    def _devices_changed(self) -> None:
+        self.health.recompute()
+
+    def _faults_changed(self, items: dict[str, dict]) -> None:
+        data = {}
+        for obj in items.values():
+            if (obj.get("metadata") or {}).get("name") == self.config.faults_configmap:
+                data = obj.get("data") or {}
+        self.health.set_faults(parse_faults(data.get(self.config.node, "")))
+
+    def _node_labels(self) -> dict[str, str]:
+        node = self.core.read_node(self.config.node, _request_timeout=30)
+        return dict(node.metadata.labels or {})
+
+
+def new_server(max_message_bytes: int, workers: int) -> grpc.Server:
+    """A gRPC server that refuses requests over `max_message_bytes` (RESOURCE_EXHAUSTED)."""
+    options = [("grpc.max_receive_message_length", max_message_bytes),
+               ("grpc.max_send_message_length", max_message_bytes * 4)]
+    executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kubeletplugin-grpc")
+    return grpc.server(executor, options=options)
+
+
+def serve_unix(server: grpc.Server, path: Path) -> Path:
+    """Start `server` on the unix socket `path` (a stale socket there is replaced); returns the path."""
+    path = Path(path).absolute()
+    _claim_socket_path(path)
+    try:
+        server.add_insecure_port(f"unix:{path}")
+    except RuntimeError as err:
+        raise PluginError(f"cannot listen on {path}: {err}") from None
+    server.start()
+    return path
+
+
+def stop_server(server: grpc.Server, path: Path, grace: float = 2.0) -> None:
+    server.stop(grace).wait(grace + 5)
+    _remove_socket(path)
+
+
+def _claim_socket_path(path: Path) -> None:
+    """Remove a stale socket left by a crashed plugin; refuse to take over a live one."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise PluginError(f"{path} exists and is not a socket; remove it or choose another directory")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        os.unlink(path)  # nobody listens: a leftover
+        return
+    finally:
+        probe.close()
+    raise PluginError(f"another process is serving on {path}")
+
+
+def _remove_socket(path: Path) -> None:
+    try:
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+    except FileNotFoundError:
+        pass
