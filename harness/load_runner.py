@@ -124,7 +124,8 @@ def _strip_profiles(clients, nodes: int) -> None:
 
 def _locust_command(params, info, report_dir: Path, results_file: Path, *, web: bool, workers: int) -> list[str]:
     user_class = USER_CLASSES[params.scenario]
-    users = params.users if params.scenario != "throughput" else max(params.users, 8)
+    # throughput: enough concurrent creators that pod creation outpaces the scheduler (see BENCHMARKS.md)
+    users = params.users if params.scenario != "throughput" else max(params.users, 64)
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), user_class, "-u", str(users), "-r", str(users),
                "--run-time", f"{int(params.time_limit)}s", "--stop-timeout", "10",
                "--csv", str(report_dir / "locust"), "--html", str(report_dir / "locust.html"),
