@@ -84,6 +84,11 @@ def validate(params: LoadParams) -> LoadParams:
     if scenario.name == "throughput" and params.pending > params.devices:
         problems.append(Problem("--pending", str(params.pending), f"more pods than devices ({params.devices})",
                                 "raise --nodes or --devices-per-node"))
+    if scenario.name in ("slice-added", "taint-removed") and params.events * params.devices_per_node > params.pending:
+        # each event frees a whole node's devices, so it can bind up to devices-per-node waiting pods
+        problems.append(Problem("--pending", str(params.pending),
+                                f"{params.events} events x {params.devices_per_node} devices per node need at "
+                                "least that many waiting pods", f"at least {params.events * params.devices_per_node}"))
     if scenario.name == "slice-added" and params.events > params.nodes:
         problems.append(Problem("--events", str(params.events), "each event gives one more node its devices",
                                 f"at most --nodes ({params.nodes})"))

@@ -33,6 +33,7 @@ def test_good_parameters_pass():
     ({"scenario": "throughput", "pending": 1000}, "--pending", "more pods than devices"),
     ({"pending": 100000, "events": 1, "time_limit": 60}, "--pending", "more than --time-limit"),
     ({"devices_per_node": 0}, "--devices-per-node", "out of range"),
+    ({"scenario": "taint-removed", "events": 5, "pending": 8, "devices_per_node": 2}, "--pending", "need at least"),
 ])
 def test_impossible_parameters_are_refused(overrides, flag, fragment):
     assert any(source == flag and fragment in problem for source, problem in _problems(**overrides))

@@ -1,0 +1,280 @@
+"""`cluster up --backend existing`: a cluster the user owns (kind, a cloud cluster, bare metal).
+
+    dra-harness cluster up --backend existing --kubeconfig K [--config clusters/x.yaml] [--driver-image REF]
+    dra-harness cluster up --backend existing --kubeconfig K --no-deploy     # vendor mode: your own driver
+
+With deploy (the default) the fake driver's manifests (deploy/kustomize, the overlay the cluster
+definition calls for) are applied with every object labelled `dra-harness.x-k8s.io/deployed-by=<name>`,
+and `up` returns once every node labelled `dra-harness.x-k8s.io/profile=<profile>` has its
+ResourceSlices. Nodes are not labelled for you: on a cluster you own that is your decision.
+`down` deletes exactly the labelled objects (and the slices the fake driver published); a namespace
+that existed before `up` is left in place. With --no-deploy nothing is applied and `down` deletes
+nothing from the cluster: the name only records which kubeconfig to use.
+
+State (which kubeconfig, what was deployed) lives in `<state>/existing/<name>/`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from harness import paths
+from harness.backends import manifests
+from harness.backends.base import Backend, ClusterInfo, ClusterStatus, ComponentStatus
+from harness.backends.commands import Runner, Step, action, command
+from harness.config.cluster import ClusterDefinition
+from harness.errors import ClusterNotFound, ConfigError, HarnessError, Problem
+from harness.progress import Reporter
+
+STATE_FILE = "state.yaml"
+ROLLOUT_TIMEOUT = 300.0
+PUBLISH_TIMEOUT = 300.0
+
+
+@dataclass
+class ExistingUpOptions:
+    name: str = "dra-harness"
+    kubeconfig: str | None = None  # default: $KUBECONFIG
+    definition: ClusterDefinition | None = None
+    deploy: bool = True
+    driver_image: str | None = None  # default: manifests.default_image(); it must be pullable by the cluster
+    keep_on_failure: bool = False
+
+
+def state_dir(name: str) -> Path:
+    return paths.state_root() / "existing" / name
+
+
+def resolve_kubeconfig(value: str | None) -> Path:
+    raw = value or os.environ.get("KUBECONFIG")
+    if not raw:
+        raise ConfigError([Problem("--kubeconfig", "''", "--backend existing needs the cluster's kubeconfig",
+                                   "a kubeconfig file (or set $KUBECONFIG)")])
+    path = Path(raw.split(os.pathsep)[0]).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError([Problem("--kubeconfig", raw, "no such file", "a kubeconfig file")])
+    return path
+
+
+def deploy_steps(directory: Path, kubectl: str, kubeconfig: Path) -> list[Step]:
+    """What `up` runs to deploy (pure)."""
+    base = [kubectl, f"--kubeconfig={kubeconfig}"]
+    return [
+        action("write-kustomization", "writing the kustomization of this cluster"),
+        command("rendering the manifests (kustomize)", *base, "kustomize", directory / "deploy",
+                stdout_file=directory / "manifests.yaml", timeout=120),
+        command("applying the manifests", *base, "apply", f"--filename={directory / 'manifests.yaml'}", timeout=300),
+        action("wait-rollout", "waiting for the fake driver's controller and kubelet plugins"),
+        action("wait-slices", "waiting until every labelled node's ResourceSlices are published"),
+    ]
+
+
+class ExistingBackend(Backend):
+    name = "existing"
+
+    def __init__(self, reporter: Reporter | None = None, *, kubectl_finder=None):
+        self.reporter = reporter or Reporter(quiet=True)
+        self._kubectl_finder = kubectl_finder
+
+    def _kubectl(self) -> str:
+        from harness.backends.kind import find_kubectl
+
+        found = (self._kubectl_finder or find_kubectl)()
+        if not found:
+            raise HarnessError("kubectl is not installed (needed for `kubectl kustomize` and `kubectl apply`)",
+                               hint="`dra-harness binaries install` provides one, or install kubectl >= 1.30")
+        return found
+
+    # --- up ---------------------------------------------------------------------------------
+
+    def up(self, options: ExistingUpOptions) -> ClusterInfo:
+        from harness.backends.local.state import validate_name
+        from harness.session import existing_cluster
+
+        name = validate_name(options.name)
+        if options.deploy:
+            manifests.check_definition(options.definition)
+            if options.driver_image:
+                manifests.check_image(options.driver_image)
+        elif options.driver_image:
+            raise ConfigError([Problem("--driver-image", options.driver_image, "has no effect with --no-deploy")])
+        kubeconfig = resolve_kubeconfig(options.kubeconfig)
+        server = existing_cluster(str(kubeconfig)).server
+        directory = state_dir(name)
+        if (directory / STATE_FILE).is_file():
+            raise HarnessError(f"cluster name {name!r} is already in use for {self._load(name).get('kubeconfig')}",
+                               hint=f"pick another --name, or run `dra-harness cluster down --backend existing "
+                                    f"--name {name}` first")
+        data = {"name": name, "backend": self.name, "kubeconfig": str(kubeconfig), "server": server,
+                "deployed": False, "phase": "running"}
+        if not options.deploy:
+            self._save(directory, data)
+            return self.info(name)
+
+        kubectl = self._kubectl()
+        clients = self._clients(kubeconfig)
+        try:
+            namespace = self._check_cluster(clients, name)
+            deployment = manifests.Deployment.for_definition(options.definition, image=options.driver_image,
+                                                             deployed_by=name,
+                                                             include_namespace=namespace == "absent")
+            data.update({"deployed": True, "phase": "deploying", "overlay": deployment.overlay,
+                         "driverImage": deployment.image, "namespaceOwned": deployment.include_namespace,
+                         "definition": options.definition.source if options.definition else None})
+            self._save(directory, data)  # from here on `down` can clean up, whatever happens
+            runner = Runner(self.reporter, {
+                "write-kustomization": lambda: manifests.write_kustomization(deployment, directory / "deploy"),
+                "wait-rollout": lambda: manifests.wait_rollout(clients, ROLLOUT_TIMEOUT),
+                "wait-slices": lambda: self._wait_published(clients, deployment),
+            })
+            try:
+                runner.run_all(deploy_steps(directory, kubectl, kubeconfig))
+            except BaseException:
+                if options.keep_on_failure:
+                    data["phase"] = "failed"
+                    self._save(directory, data)
+                    self.reporter.info(f"keeping what was deployed for inspection; remove it with "
+                                       f"`dra-harness cluster down --backend existing --name {name}`")
+                else:
+                    with self.reporter.step("removing what was deployed"):
+                        self._undeploy(name, data, kubectl, clients)
+                raise
+        finally:
+            clients.close()
+        data["phase"] = "running"
+        self._save(directory, data)
+        return self.info(name)
+
+    def _wait_published(self, clients, deployment: manifests.Deployment) -> None:
+        pools = manifests.wait_published(clients, manifests.served_profiles(deployment.overlay), PUBLISH_TIMEOUT)
+        self.reporter.info(f"{pools} device pools (node x driver) published")
+
+    def _clients(self, kubeconfig: Path):
+        from harness.k8s.client import Clients
+
+        clients = Clients(kubeconfig)
+        try:
+            clients.version.get_code()
+        except Exception as err:
+            clients.close()
+            raise HarnessError(f"cannot reach the cluster of {kubeconfig}: {_short(err)}",
+                               hint="check the kubeconfig's current context and that the API server is reachable") \
+                from None
+        return clients
+
+    def _check_cluster(self, clients, name: str) -> str:
+        """Refuse to deploy over a fake driver someone else installed; return the namespace's state."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            role = clients.rbac.read_cluster_role("dra-harness-fake-devices-controller")
+        except ApiException as err:
+            if err.status != 404:
+                raise HarnessError(f"cannot read ClusterRoles: {err.status} {err.reason}",
+                                   hint="deploying the fake driver needs cluster-admin rights") from None
+            role = None
+        if role is not None:
+            owner = (role.metadata.labels or {}).get(manifests.DEPLOYED_BY_LABEL)
+            raise HarnessError(
+                "the fake driver is already installed on this cluster "
+                + (f"(by `cluster up --name {owner}`)" if owner else "(not by dra-harness cluster up)"),
+                hint=(f"use that one, or `dra-harness cluster down --backend existing --name {owner}`" if owner else
+                      "remove it (kubectl delete -k deploy/kustomize/overlays/<overlay>), or use --no-deploy"))
+        return manifests.namespace_state(clients)
+
+    # --- down / status / list ---------------------------------------------------------------
+
+    def _load(self, name: str) -> dict:
+        from harness.backends.local.state import validate_name
+
+        path = state_dir(validate_name(name)) / STATE_FILE
+        if not path.is_file():
+            raise ClusterNotFound(f"no existing-cluster entry named {name!r}",
+                                  hint="`dra-harness cluster list --backend existing` shows them")
+        return yaml.safe_load(path.read_text()) or {}
+
+    def _save(self, directory: Path, data: dict) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / (STATE_FILE + ".tmp")
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+        tmp.replace(directory / STATE_FILE)
+
+    def down(self, name: str) -> list[str]:
+        data = self._load(name)
+        leftovers: list[str] = []
+        if data.get("deployed"):
+            kubeconfig = Path(data["kubeconfig"])
+            if not kubeconfig.is_file():
+                raise HarnessError(f"the kubeconfig of {name!r} is gone: {kubeconfig}",
+                                   hint="restore it to remove what was deployed; or delete by label: kubectl delete "
+                                        f"... -l {manifests.DEPLOYED_BY_LABEL}={name}")
+            clients = self._clients(kubeconfig)
+            try:
+                leftovers = self._undeploy(name, data, self._kubectl(), clients)
+            finally:
+                clients.close()
+        if not leftovers:
+            shutil.rmtree(state_dir(name), ignore_errors=True)
+        return leftovers
+
+    def _undeploy(self, name: str, data: dict, kubectl: str, clients) -> list[str]:
+        steps = manifests.delete_steps(kubectl, Path(data["kubeconfig"]), name, bool(data.get("namespaceOwned")))
+        Runner(self.reporter).run_all(steps)
+        return manifests.leftovers(clients, name)
+
+    def status(self, name: str) -> ClusterStatus:
+        from harness.backends.kind import _api_ready
+
+        data = self._load(name)
+        kubeconfig = Path(data["kubeconfig"])
+        ready = _api_ready(kubeconfig)
+        components = self._components(kubeconfig) if ready and data.get("deployed") else []
+        healthy = ready and data.get("phase") == "running" and all(c.alive for c in components)
+        return ClusterStatus(name=name, backend=self.name, health="running" if healthy else "broken",
+                             phase=data.get("phase", "?"), components=components, kubeconfig=str(kubeconfig),
+                             directory=str(state_dir(name)),
+                             details={k: data.get(k) for k in ("server", "deployed", "overlay", "driverImage",
+                                                              "namespaceOwned", "definition")})
+
+    def _components(self, kubeconfig: Path) -> list[ComponentStatus]:
+        import kubernetes
+
+        from harness.k8s.client import Clients
+
+        clients = Clients(kubeconfig)
+        try:
+            apps = kubernetes.client.AppsV1Api(clients.api_client)
+            result = []
+            for kind, read in (("controller", apps.read_namespaced_deployment),
+                               ("kubelet-plugin", apps.read_namespaced_daemon_set)):
+                name = manifests.CONTROLLER if kind == "controller" else manifests.PLUGIN
+                try:
+                    obj = read(name, manifests.NAMESPACE)
+                    status = obj.status
+                    alive = ((status.available_replicas or 0) >= 1 if kind == "controller"
+                             else (status.number_ready or 0) == (status.desired_number_scheduled or 0))
+                except Exception:
+                    alive = False
+                result.append(ComponentStatus(f"{kind} ({manifests.NAMESPACE}/{name})", None, alive))
+            return result
+        finally:
+            clients.close()
+
+    def list(self) -> list[str]:
+        root = paths.state_root() / "existing"
+        return sorted(p.name for p in root.iterdir() if (p / STATE_FILE).is_file()) if root.is_dir() else []
+
+    def info(self, name: str) -> ClusterInfo:
+        data = self._load(name)
+        return ClusterInfo(name=name, backend=self.name, kubeconfig=Path(data["kubeconfig"]),
+                           server=data.get("server", ""), directory=state_dir(name))
+
+
+def _short(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__

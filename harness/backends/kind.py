@@ -1,0 +1,526 @@
+"""`cluster up --backend kind`: a kind cluster with real kubelets, the fake driver deployed in it.
+
+    dra-harness cluster up --backend kind --config clusters/mixed.yaml
+
+1. checks first (one message naming everything missing): the docker CLI, a reachable Docker engine
+   >= 28 (for `docker save --platform`), kind >= v0.33.0 (the first kind with Kubernetes 1.37
+   node images), kubectl (for kustomize and apply); and the cluster definition against the manifests;
+2. writes the kind config (`kind_config()`, pure): one control-plane node and one worker per node of
+   every pool, with the pool's labels and the profile label, the feature gates and runtime-config of
+   the same matrix and preset as the local backend, and CDI switched on in containerd;
+3. builds the driver image (project wheel + deploy/Dockerfile);
+4. `kind create cluster`, then loads the image into every node by streaming `docker save --platform`
+   into `ctr images import` in the node. Not `kind load docker-image`: that imports with
+   `--all-platforms`, which fails on Docker 29's multi-platform image store with "content digest not
+   found" (kind#4066), and older kind releases wrote containerd configs newer node images reject
+   (kind#3946); see ../shared/reference/anchors.md section 4;
+5. applies the kustomize overlay (harness.backends.manifests) and waits until every labelled node's
+   ResourceSlices are published.
+
+Everything `up` runs is built first as a list of Steps (harness.backends.commands), so the unit tests
+check the exact command sequence without Docker. State lives in `<state>/kind/<name>/`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from harness import paths
+from harness.backends import manifests
+from harness.backends.base import Backend, ClusterInfo, ClusterStatus, ComponentStatus
+from harness.backends.commands import Runner, Step, action, command, run_quiet
+from harness.config import featuregates
+from harness.config.cluster import ClusterDefinition
+from harness.errors import ClusterNotFound, ConfigError, HarnessError, Problem
+from harness.progress import Reporter
+
+KIND_MIN_VERSION = (0, 33, 0)
+DOCKER_MIN_VERSION = (28, 0)  # `docker save --platform` needs Docker Engine 28 (API 1.48)
+
+# The node image, pinned by digest. This is the default node image of kind v0.33.0
+# (sigs.k8s.io/kind@v0.33.0 pkg/apis/config/defaults/image.go; the v0.33.0 release notes list the
+# same digest). kind v0.33.0 publishes v1.37.0, so kind clusters run Kubernetes v1.37.0 while the
+# local backend runs v1.37.2. When kind publishes a v1.37.2 image, take its reference *with digest*
+# from kind's release notes, or build one (`kind build node-image --type release v1.37.2`), and pass
+# it with --node-image.
+NODE_IMAGE = "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"
+KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
+
+# CDI in containerd. containerd 2.x enables it by default, but both driver anchors set it explicitly
+# and so do we. Since kind v0.32, a containerdConfigPatch that sets `version = N` is applied only to
+# nodes whose containerd config has that version, so we ship one patch per config format: the
+# version-2 format kind's node images (v0.33.0) still write, and containerd 2's native version 3.
+CONTAINERD_CDI_PATCHES = (
+    '''version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+''',
+    '''version = 3
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = true
+  cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']
+''',
+)
+POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
+STATE_FILE = "state.yaml"
+CREATE_WAIT = "300s"
+NODE_TIMEOUT = 300.0
+ROLLOUT_TIMEOUT = 300.0
+PUBLISH_TIMEOUT = 300.0
+
+
+@dataclass
+class KindUpOptions:
+    name: str = "dra-harness"
+    nodes: int = 3  # plain workers when there is no definition
+    preset: str | None = None
+    feature_gates: str = ""
+    runtime_config: str = ""
+    definition: ClusterDefinition | None = None
+    node_image: str = NODE_IMAGE
+    driver_image: str | None = None  # an image already in the local Docker engine: load it, do not build
+    keep_on_failure: bool = False
+    kubernetes_version: str = "1.37.2"  # which feature-gate matrix
+    deploy: bool = True
+
+
+@dataclass(frozen=True)
+class Tools:
+    docker: str = "docker"
+    kind: str = "kind"
+    kubectl: str = "kubectl"
+    python: str = sys.executable
+    platform: str = "linux/amd64"  # of the Docker engine, so of the kind nodes
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything `up` will do, computed before anything runs."""
+
+    name: str
+    directory: Path
+    config: dict
+    node_names: tuple[str, ...]
+    deployment: manifests.Deployment
+    build_image: bool
+    steps: list[Step] = field(default_factory=list)
+
+
+# --- pure parts -------------------------------------------------------------------------------
+
+
+def worker_specs(definition: ClusterDefinition | None, nodes: int) -> list[tuple[str, dict[str, str]]]:
+    """(pool, labels) of every worker, in order: one per node of each pool of the definition."""
+    from fake_devices.config import PROFILE_LABEL
+
+    if definition is None:
+        return [("default", {POOL_LABEL: "default"}) for _ in range(nodes)]
+    workers = []
+    for pool in definition.pools:
+        labels = {POOL_LABEL: pool.name, **pool.labels}
+        if pool.profile is not None:
+            labels[PROFILE_LABEL] = pool.profile.name
+        workers += [(pool.name, dict(sorted(labels.items()))) for _ in range(pool.count)]
+    return workers
+
+
+def node_names(name: str, workers: int) -> tuple[str, ...]:
+    """The container (and Node) names kind gives: <name>-control-plane, <name>-worker, <name>-worker2, ..."""
+    return (f"{name}-control-plane",) + tuple(f"{name}-worker{'' if i == 0 else i + 1}" for i in range(workers))
+
+
+def kind_config(name: str, workers: list[tuple[str, dict[str, str]]], features: featuregates.FeatureSettings,
+                node_image: str = NODE_IMAGE) -> dict:
+    """The kind Cluster config (kind.x-k8s.io/v1alpha4)."""
+    config: dict = {"kind": "Cluster", "apiVersion": KIND_API_VERSION, "name": name}
+    if features.gates:
+        config["featureGates"] = {gate: value for gate, value in sorted(features.gates.items())}
+    if features.runtime_config:
+        # kind's runtimeConfig values are strings (it joins them into --runtime-config).
+        config["runtimeConfig"] = {gv: str(on).lower() for gv, on in sorted(features.runtime_config.items())}
+    config["containerdConfigPatches"] = list(CONTAINERD_CDI_PATCHES)
+    nodes = [{"role": "control-plane", "image": node_image}]
+    for _pool, labels in workers:
+        nodes.append({"role": "worker", "image": node_image, "labels": dict(labels)})
+    config["nodes"] = nodes
+    return config
+
+
+def config_yaml(config: dict) -> str:
+    return ("# Generated by dra-harness (harness/backends/kind.py); `kind create cluster --config` reads it.\n"
+            + manifests.dump_yaml(config))
+
+
+def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...], image: str, *,
+               build_image: bool, deploy: bool) -> list[Step]:
+    """The exact sequence of `up` (pure): files, image, cluster, image load, manifests, waits."""
+    kubeconfig = directory / "kubeconfig"
+    context = directory / "image"
+    kubectl = [tools.kubectl, f"--kubeconfig={kubeconfig}"]
+    steps = [action("write-files", "writing the kind config, the image build context and the kustomization")]
+    if build_image:
+        steps += [
+            command("building the project wheel", tools.python, "-m", "pip", "wheel", "--no-deps", "--quiet",
+                    f"--wheel-dir={context / 'dist'}", manifests.repo_root(), timeout=600),
+            command(f"building the driver image {image}", tools.docker, "build", f"--tag={image}",
+                    f"--file={context / 'Dockerfile'}", context, timeout=1200),
+        ]
+    steps += [
+        command(f"creating kind cluster {name!r} ({len(nodes)} nodes)", tools.kind, "create", "cluster",
+                f"--name={name}", f"--config={directory / 'kind-config.yaml'}", f"--kubeconfig={kubeconfig}",
+                f"--wait={CREATE_WAIT}", timeout=900),
+        command("checking the node names", tools.kind, "get", "nodes", f"--name={name}",
+                expect_lines=frozenset(nodes), timeout=60),
+    ]
+    for node in nodes:
+        steps.append(command(f"loading the driver image into {node}", tools.docker, "exec", "--interactive", node,
+                             "ctr", "--namespace=k8s.io", "images", "import", f"--platform={tools.platform}",
+                             "--digests", "-", pipe_from=(tools.docker, "save", f"--platform={tools.platform}", image),
+                             timeout=600))
+    steps.append(action("wait-nodes", f"waiting for {len(nodes)} nodes to be Ready"))
+    if deploy:
+        steps += [
+            command("rendering the manifests (kustomize)", *kubectl, "kustomize", directory / "deploy",
+                    stdout_file=directory / "manifests.yaml", timeout=120),
+            command("applying the manifests", *kubectl, "apply", f"--filename={directory / 'manifests.yaml'}",
+                    timeout=300),
+            action("wait-rollout", "waiting for the fake driver's controller and kubelet plugins"),
+            action("wait-slices", "waiting until every node's ResourceSlices are published"),
+        ]
+    return steps
+
+
+def down_steps(name: str, directory: Path, tools: Tools) -> list[Step]:
+    return [command(f"deleting kind cluster {name!r}", tools.kind, "delete", "cluster", f"--name={name}",
+                    f"--kubeconfig={directory / 'kubeconfig'}", timeout=300)]
+
+
+# --- checks -----------------------------------------------------------------------------------
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    match = re.search(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    if not match:
+        return None
+    return tuple(int(part) for part in match.groups(default="0"))
+
+
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(str(v) for v in version)
+
+
+GO_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "s390x": "s390x",
+           "ppc64le": "ppc64le"}
+
+
+def find_kubectl(which=shutil.which) -> str | None:
+    """The harness's own verified kubectl (binary cache) if installed, else kubectl on PATH."""
+    from harness import binaries
+    from harness.errors import BinariesError
+
+    try:
+        cached = binaries.locate().path("kubectl")
+        if cached.is_file():
+            return str(cached)
+    except BinariesError:
+        pass
+    return which("kubectl")
+
+
+def preflight(*, which=shutil.which, run=run_quiet, kubectl_finder=None) -> Tools:
+    """Docker engine, kind and kubectl, or one HarnessError naming everything that is missing."""
+    missing: list[str] = []
+    docker = which("docker")
+    platform = "linux/amd64"
+    if not docker:
+        missing.append("docker: the Docker CLI is not installed (kind runs its nodes as Docker containers)")
+    else:
+        info = run([docker, "info", "--format", "{{.ServerVersion}}|{{.OSType}}|{{.Architecture}}"], timeout=30)
+        fields = (info.stdout or "").strip().split("|")
+        server = parse_version(fields[0]) if info.returncode == 0 and fields and fields[0] else None
+        if server is None:
+            reason = (info.stderr or info.stdout or "").strip().splitlines()
+            missing.append("Docker engine: not reachable (`docker info` failed"
+                           + (f": {reason[-1]}" if reason else "") + "); start dockerd or point DOCKER_HOST at one")
+        else:
+            if server[:2] < DOCKER_MIN_VERSION:
+                missing.append(f"Docker engine {_dotted(server)} is too old: need >= "
+                               f"{_dotted(DOCKER_MIN_VERSION)} (for `docker save --platform`)")
+            if len(fields) == 3 and fields[2]:
+                platform = f"{fields[1] or 'linux'}/{GO_ARCH.get(fields[2], fields[2])}"
+    kind = which("kind")
+    if not kind:
+        missing.append(f"kind: not installed; need kind >= v{_dotted(KIND_MIN_VERSION)} "
+                       f"(`go install sigs.k8s.io/kind@v{_dotted(KIND_MIN_VERSION)}`)")
+    else:
+        out = run([kind, "version"], timeout=30)
+        version = parse_version(out.stdout) if out.returncode == 0 else None
+        if version is None:
+            missing.append(f"kind: `{kind} version` did not report a version ({(out.stderr or '').strip()[:200]})")
+        elif version < KIND_MIN_VERSION:
+            missing.append(f"kind v{_dotted(version)} is too old: need >= v{_dotted(KIND_MIN_VERSION)}, the first "
+                           "release with Kubernetes 1.37 node images")
+    kubectl = (kubectl_finder or (lambda: find_kubectl(which)))()
+    if not kubectl:
+        missing.append("kubectl: not installed (needed for `kubectl kustomize` and `kubectl apply`); "
+                       "`dra-harness binaries install` provides one")
+    if missing:
+        raise HarnessError("the kind backend cannot run on this machine:\n  - " + "\n  - ".join(missing),
+                           hint="see docs/kind-and-existing.md; without Docker use the local backend (the default)")
+    return Tools(docker=docker, kind=kind, kubectl=kubectl, python=sys.executable, platform=platform)
+
+
+def check_node_image(reference: str) -> str:
+    return manifests.check_image(reference, "--node-image", "e.g. kindest/node:v1.37.0@sha256:<64 hex digits>")
+
+
+# --- the backend ------------------------------------------------------------------------------
+
+
+def state_dir(name: str) -> Path:
+    return paths.state_root() / "kind" / name
+
+
+class KindBackend(Backend):
+    name = "kind"
+
+    def __init__(self, reporter: Reporter | None = None, *, preflight=preflight):
+        self.reporter = reporter or Reporter(quiet=True)
+        self._preflight = preflight
+
+    # --- up ---------------------------------------------------------------------------------
+
+    def plan(self, options: KindUpOptions, tools: Tools) -> Plan:
+        """Validate everything and compute the plan; nothing is written or started."""
+        return self._plan(self._validate(options), options, tools)
+
+    def _validate(self, options: KindUpOptions) -> tuple[str, featuregates.FeatureSettings]:
+        from harness.backends.local.state import validate_name
+
+        name = validate_name(options.name)
+        check_node_image(options.node_image)
+        if options.driver_image:
+            manifests.check_image(options.driver_image)
+        if options.nodes < 0:
+            raise ConfigError([Problem("--nodes", str(options.nodes), "must be 0 or more")])
+        definition = options.definition
+        manifests.check_definition(definition)
+        matrix = featuregates.load_matrix(options.kubernetes_version)
+        features = featuregates.resolve(
+            matrix, preset=options.preset or (definition.preset if definition else None),
+            gate_overrides=",".join(filter(None, [definition.gates_flag() if definition else "",
+                                                  options.feature_gates])),
+            runtime_overrides=",".join(filter(None, [definition.runtime_flag() if definition else "",
+                                                     options.runtime_config])),
+            known_gates=_known_gates(options.kubernetes_version))
+        return name, features
+
+    def _plan(self, checked: tuple[str, featuregates.FeatureSettings], options: KindUpOptions, tools: Tools) -> Plan:
+        name, features = checked
+        workers = worker_specs(options.definition, options.nodes)
+        directory = state_dir(name)
+        nodes = node_names(name, len(workers))
+        deployment = manifests.Deployment.for_definition(options.definition, image=options.driver_image,
+                                                         deployed_by=name)
+        build = not options.driver_image
+        steps = plan_steps(name, directory, tools, nodes, deployment.image, build_image=build, deploy=options.deploy)
+        return Plan(name, directory, kind_config(name, workers, features, options.node_image), nodes, deployment,
+                    build, steps)
+
+    def up(self, options: KindUpOptions) -> ClusterInfo:
+        checked = self._validate(options)  # bad input is reported before anything else is looked at
+        tools = self._preflight()
+        plan = self._plan(checked, options, tools)
+        self._refuse_existing(plan.name, tools)
+        created = False
+        runner = Runner(self.reporter, {
+            "write-files": lambda: self._write_files(plan, options),
+            "wait-nodes": lambda: self._wait(plan, "nodes"),
+            "wait-rollout": lambda: self._wait(plan, "rollout"),
+            "wait-slices": lambda: self._wait(plan, "slices"),
+        })
+        try:
+            for step in plan.steps:
+                if step.argv[:3] == (tools.kind, "create", "cluster"):
+                    created = True  # from here on a failure must delete the cluster
+                runner.run(step)
+        except BaseException:
+            if options.keep_on_failure:
+                self._save(plan, options, phase="failed")
+                self.reporter.info(f"keeping the failed cluster for inspection: {plan.directory}")
+            else:
+                with self.reporter.step("cleaning up after the failed start"):
+                    try:
+                        if created:
+                            Runner(Reporter(quiet=True)).run_all(down_steps(plan.name, plan.directory, tools))
+                        shutil.rmtree(plan.directory, ignore_errors=True)
+                    except HarnessError as err:  # never hide the failure that got us here
+                        self.reporter.info(f"clean-up failed too: {err}; state kept in {plan.directory}")
+            raise
+        self._save(plan, options, phase="running")
+        return self.info(plan.name)
+
+    def _refuse_existing(self, name: str, tools: Tools) -> None:
+        if name in self._kind_clusters(tools):
+            raise HarnessError(f"a kind cluster named {name!r} already exists",
+                               hint=f"pick another --name, or remove it: dra-harness cluster down --backend kind "
+                                    f"--name {name} (or `kind delete cluster --name {name}` if dra-harness did not "
+                                    "create it)")
+        if state_dir(name).exists():  # a leftover of an interrupted up: kind has no such cluster
+            shutil.rmtree(state_dir(name))
+
+    def _write_files(self, plan: Plan, options: KindUpOptions) -> None:
+        plan.directory.mkdir(parents=True, exist_ok=True)
+        self._save(plan, options, phase="starting")
+        (plan.directory / "kind-config.yaml").write_text(config_yaml(plan.config))
+        if plan.build_image:
+            deploy = manifests.deploy_dir()
+            context = plan.directory / "image"
+            shutil.rmtree(context, ignore_errors=True)
+            (context / "dist").mkdir(parents=True)
+            for name in ("Dockerfile", ".dockerignore"):
+                shutil.copy2(deploy / name, context / name)
+        manifests.write_kustomization(plan.deployment, plan.directory / "deploy")
+
+    def _wait(self, plan: Plan, what: str) -> None:
+        from harness.k8s.client import Clients
+
+        clients = Clients(plan.directory / "kubeconfig")
+        try:
+            if what == "nodes":
+                manifests.wait_nodes_ready(clients, set(plan.node_names), NODE_TIMEOUT)
+            elif what == "rollout":
+                manifests.wait_rollout(clients, ROLLOUT_TIMEOUT)
+            else:
+                pools = manifests.wait_published(clients, manifests.served_profiles(plan.deployment.overlay),
+                                                 PUBLISH_TIMEOUT)
+                self.reporter.info(f"{pools} device pools (node x driver) published")
+        finally:
+            clients.close()
+
+    def _save(self, plan: Plan, options: KindUpOptions, phase: str) -> None:
+        plan.directory.mkdir(parents=True, exist_ok=True)
+        data = {"name": plan.name, "backend": self.name, "phase": phase, "nodeImage": options.node_image,
+                "driverImage": plan.deployment.image, "overlay": plan.deployment.overlay if options.deploy else None,
+                "nodes": list(plan.node_names),
+                "definition": options.definition.source if options.definition else None}
+        tmp = plan.directory / (STATE_FILE + ".tmp")
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+        tmp.replace(plan.directory / STATE_FILE)
+
+    # --- down / status / list ---------------------------------------------------------------
+
+    def _load(self, name: str) -> dict:
+        from harness.backends.local.state import validate_name
+
+        path = state_dir(validate_name(name)) / STATE_FILE
+        if not path.is_file():
+            raise ClusterNotFound(f"no kind cluster named {name!r} was created by dra-harness",
+                                  hint="`dra-harness cluster list --backend kind` shows them; clusters made with kind "
+                                       "itself are removed with `kind delete cluster`")
+        return yaml.safe_load(path.read_text()) or {}
+
+    def down(self, name: str) -> list[str]:
+        self._load(name)
+        tools = self._preflight()
+        directory = state_dir(name)
+        Runner(self.reporter).run_all(down_steps(name, directory, tools))
+        leftovers = [f"kind still lists cluster {name}"] if name in self._kind_clusters(tools) else []
+        if not leftovers:
+            shutil.rmtree(directory, ignore_errors=True)
+        return leftovers
+
+    def status(self, name: str) -> ClusterStatus:
+        data = self._load(name)
+        directory = state_dir(name)
+        kubeconfig = directory / "kubeconfig"
+        details: dict = {"nodeImage": data.get("nodeImage"), "driverImage": data.get("driverImage"),
+                         "overlay": data.get("overlay"), "definition": data.get("definition")}
+        components: list[ComponentStatus] = []
+        health = "broken"
+        try:
+            tools = self._preflight()
+        except HarnessError as err:
+            details["error"] = str(err)
+            return ClusterStatus(name, self.name, "broken", data.get("phase", "?"), [], str(kubeconfig),
+                                 str(directory), details)
+        if name not in self._kind_clusters(tools):
+            details["error"] = f"`kind get clusters` does not list {name}"
+        else:
+            components = self._node_components(tools, data.get("nodes") or [])
+            if data.get("phase") == "running" and _api_ready(kubeconfig) and all(c.alive for c in components):
+                health = "running"
+            elif data.get("phase") == "starting":
+                health = "starting"
+        return ClusterStatus(name, self.name, health, data.get("phase", "?"), components, str(kubeconfig),
+                             str(directory), details)
+
+    def list(self) -> list[str]:
+        """Kind clusters this harness created (those with state); never other kind clusters, so that
+        `cluster down --all --backend kind` cannot delete clusters dra-harness does not own."""
+        root = paths.state_root() / "kind"
+        return sorted(p.name for p in root.iterdir() if (p / STATE_FILE).is_file()) if root.is_dir() else []
+
+    def info(self, name: str) -> ClusterInfo:
+        self._load(name)
+        from harness.session import existing_cluster
+
+        kubeconfig = state_dir(name) / "kubeconfig"
+        server = existing_cluster(str(kubeconfig)).server
+        return ClusterInfo(name=name, backend=self.name, kubeconfig=kubeconfig, server=server,
+                           directory=state_dir(name))
+
+    def _kind_clusters(self, tools: Tools) -> set[str]:
+        out = run_quiet([tools.kind, "get", "clusters"], timeout=60)
+        if out.returncode != 0:
+            raise HarnessError(f"`kind get clusters` failed: {(out.stderr or '').strip()[-300:]}")
+        return {line.strip() for line in out.stdout.splitlines() if line.strip()}
+
+    def _node_components(self, tools: Tools, nodes: list[str]) -> list[ComponentStatus]:
+        if not nodes:
+            return []
+        out = run_quiet([tools.docker, "inspect", "--format", "{{.Name}} {{.State.Running}} {{.State.Pid}}", *nodes],
+                        timeout=60)
+        seen = {}
+        for line in out.stdout.splitlines():
+            parts = line.strip().lstrip("/").split()
+            if len(parts) == 3:
+                seen[parts[0]] = (parts[1] == "true", int(parts[2]) if parts[2].isdigit() else None)
+        return [ComponentStatus(node, seen.get(node, (False, None))[1], seen.get(node, (False, None))[0],
+                                f"docker logs {node}") for node in nodes]
+
+
+def _api_ready(kubeconfig: Path) -> bool:
+    from harness.k8s.client import Clients
+
+    if not kubeconfig.is_file():
+        return False
+    clients = Clients(kubeconfig)
+    try:
+        return clients.get_raw("/readyz").strip() == "ok"
+    except Exception:  # unreachable, refused, bad credentials, ...: all mean "not ready" for a status
+        return False
+    finally:
+        clients.close()
+
+
+def _known_gates(kubernetes_version: str) -> set[str] | None:
+    """Gate names from the harness's own kube-apiserver of that version, if installed (kind's node
+    image runs the same minor). None when it is not: unknown names then surface when kind starts the
+    components (dependencies and locked gates are still checked against the matrix first)."""
+    from harness import binaries
+    from harness.backends.local.backend import known_gates
+    from harness.errors import BinariesError
+
+    try:
+        binset = binaries.locate(binaries.Versions(kubernetes=kubernetes_version))
+    except BinariesError:
+        return None
+    return known_gates(binset) or None

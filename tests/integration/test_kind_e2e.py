@@ -1,0 +1,142 @@
+"""The whole kind path, end to end: `cluster up --backend kind` builds the driver image, creates a kind
+cluster with real kubelets, loads the image, deploys the manifests and waits for the slices; then a
+pod gets a fake GPU through a real kubelet, the kubelet plugin and CDI; a fault turns into a taint;
+`cluster down` leaves nothing.
+
+Needs a Docker engine (>= 28) and kind (>= v0.33.0) on PATH, and network access for the node image
+and the Python base image. Without them the test is skipped and says exactly what is missing (the
+kind backend's own preflight message). Runs in .github/workflows/kind-e2e.yaml.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fake_devices import render
+from harness import wait
+from harness.backends import kind, manifests
+from harness.errors import HarnessError
+from harness.k8s.client import Clients
+
+pytestmark = [pytest.mark.integration, pytest.mark.kind_e2e]
+
+
+def _missing() -> str | None:
+    try:
+        kind.preflight()
+    except HarnessError as err:
+        return str(err).split("\nhint:")[0].replace("\n", " ")
+    return None
+
+
+MISSING = _missing()
+DEFINITION = """\
+apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: Cluster
+metadata: {name: e2e}
+spec:
+  nodePools:
+  - {name: tiny, count: 1, profile: tiny}
+  - {name: cpu, count: 1}
+"""
+
+
+def _cli(state: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DRA_HARNESS_STATE_DIR": str(state)}
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"needs Docker and kind: {MISSING}")
+def test_kind_cluster_runs_the_fake_driver_end_to_end(tmp_path):
+    state = tmp_path / "state"
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    (tmp_path / "e2e.yaml").write_text(DEFINITION)
+    up = _cli(state, "cluster", "up", "--backend", "kind", "--config", str(tmp_path / "e2e.yaml"), "--name", name,
+              timeout=2400)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        kubeconfig = state / "kind" / name / "kubeconfig"
+        assert f"export KUBECONFIG={kubeconfig}" in up.stdout
+        clients = Clients(kubeconfig)
+        try:
+            _check_cluster(clients, name)
+            _check_a_pod_gets_a_fake_gpu(clients, name)
+            _check_a_fault_becomes_a_taint(clients, state, kubeconfig, f"{name}-worker")
+        finally:
+            clients.close()
+        status = _cli(state, "cluster", "status", "--backend", "kind", "--name", name)
+        assert status.returncode == 0, status.stdout + status.stderr
+    finally:
+        down = _cli(state, "cluster", "down", "--backend", "kind", "--name", name)
+        clusters = subprocess.run(["kind", "get", "clusters"], capture_output=True, text=True, timeout=60).stdout
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert name not in clusters.split()
+    assert not (state / "kind" / name).exists()
+
+
+def _check_cluster(clients: Clients, name: str) -> None:
+    assert clients.version.get_code().git_version.startswith("v1.37.")
+    nodes = {n.metadata.name: n.metadata.labels for n in clients.core.list_node().items}
+    assert set(nodes) == {f"{name}-control-plane", f"{name}-worker", f"{name}-worker2"}
+    assert nodes[f"{name}-worker"]["dra-harness.x-k8s.io/profile"] == "tiny"
+    assert "dra-harness.x-k8s.io/profile" not in nodes[f"{name}-worker2"]
+    slices = clients.resource.list_resource_slice(field_selector=f"spec.nodeName={name}-worker").items
+    assert {s.spec.driver for s in slices} == set(render.Drivers(manifests.DOMAIN).all())
+    # The plugin pod runs only where there are devices, and is ready (both sockets served).
+    pods = clients.core.list_namespaced_pod(manifests.NAMESPACE,
+                                            label_selector="app.kubernetes.io/component=kubelet-plugin").items
+    assert [p.spec.node_name for p in pods] == [f"{name}-worker"]
+    assert all(c.ready for p in pods for c in p.status.container_statuses)
+
+
+def _check_a_pod_gets_a_fake_gpu(clients: Clients, name: str) -> None:
+    """Scheduler allocates, the kubelet calls the plugin's NodePrepareResources, containerd applies the
+    CDI spec: the container sees the allocated device in its environment."""
+    namespace = f"e2e-{uuid.uuid4().hex[:6]}"
+    clients.core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    try:
+        wait.service_account_ready(clients, namespace, timeout=60)
+        clients.resource.create_namespaced_resource_claim_template(namespace, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "gpu"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "fake-gpu"}}]}}}})
+        clients.core.create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "uses-a-gpu"},
+            "spec": {"restartPolicy": "Never", "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+                     "containers": [{"name": "c", "image": manifests.default_image(), "imagePullPolicy": "Never",
+                                     "command": ["sh", "-c", "env | grep '^DRA_' | sort"],
+                                     "resources": {"claims": [{"name": "gpu"}]}}]}})
+        pod = wait.pod_phase(clients, namespace, "uses-a-gpu", "Succeeded", timeout=300)
+        assert pod.spec.node_name == f"{name}-worker"
+        claim = clients.resource.list_namespaced_resource_claim(namespace).items[0]
+        (result,) = claim.status.allocation.devices.results
+        log = clients.core.read_namespaced_pod_log("uses-a-gpu", namespace)
+        env = dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
+        assert f"gpu.{manifests.DOMAIN}" in {v for k, v in env.items() if k.endswith("_DRIVER")}, log
+        assert result.device in {v for k, v in env.items() if k.endswith("_DEVICE")}, log
+    finally:
+        wait.ignore_not_found(clients.core.delete_namespace, namespace)
+
+
+def _check_a_fault_becomes_a_taint(clients: Clients, state: Path, kubeconfig: Path, node: str) -> None:
+    """The controller in its pod watches the fault ConfigMap (its RBAC allows exactly that)."""
+    inject = _cli(state, "fault", "inject", "--kubeconfig", str(kubeconfig), "--node", node, "--device", "gpu-1",
+                  "--kind", "degraded")
+    assert inject.returncode == 0, inject.stderr
+
+    def tainted():
+        for item in clients.resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items:
+            data = clients.api_client.sanitize_for_serialization(item)
+            for device in data["spec"].get("devices", []):
+                if device["name"] == "gpu-1" and any(t["key"] == render.FAULT_TAINT_KEY for t in device.get("taints", [])):
+                    return device["taints"]
+        return None
+
+    taints = wait.until("the fault to show up as a device taint", tainted, timeout=120, interval=1.0)
+    assert taints[0]["effect"] == "NoSchedule"
