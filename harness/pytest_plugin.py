@@ -29,10 +29,10 @@ MATURITY_ORDER = {"ga": 0, "beta": 1, "alpha": 2}
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("dra-harness", "Kubernetes DRA test cluster")
-    group.addoption("--dra-backend", choices=("local", "existing"),
+    group.addoption("--dra-backend", choices=("local", "kind", "existing"),
                     default=os.environ.get("DRA_HARNESS_BACKEND", "local"),
-                    help="local: start a real 1.37 control plane with KWOK nodes (default); "
-                         "existing: use the cluster of --kubeconfig")
+                    help="local: start a real 1.37 control plane with KWOK nodes (default); kind: start a kind "
+                         "cluster with the fake driver (needs Docker); existing: use the cluster of --kubeconfig")
     group.addoption("--kubeconfig", default=None, help="kubeconfig of an existing cluster (default: $KUBECONFIG)")
     group.addoption("--dra-cluster-name", default=None,
                     help="local backend: use this cluster if it is running, else start it under this name")

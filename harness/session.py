@@ -84,8 +84,16 @@ def _start_or_attach(options: SessionOptions, run_id: str) -> tuple[ClusterInfo,
         if not options.kubeconfig:
             raise HarnessError("--dra-backend existing needs --kubeconfig (or the KUBECONFIG variable)")
         return existing_cluster(options.kubeconfig), False
+    if options.backend == "kind":
+        from harness.backends.kind import KindBackend, KindUpOptions
+        from harness.progress import Reporter
+
+        info = KindBackend(Reporter()).up(KindUpOptions(name=options.cluster_name or f"pytest-{run_id}",
+                                                        nodes=options.nodes, preset=options.preset,
+                                                        feature_gates=options.feature_gates))
+        return info, True
     if options.backend != "local":
-        raise HarnessError(f"unknown --dra-backend {options.backend!r}", hint="use local or existing")
+        raise HarnessError(f"unknown --dra-backend {options.backend!r}", hint="use local, kind or existing")
     from harness.backends.local import LocalBackend
     from harness.backends.local.backend import UpOptions
     from harness.backends.local import state
