@@ -39,3 +39,56 @@ def test_suite_passes_against_the_correct_driver(dra_cluster):
                              "--dra-backend=existing", f"--kubeconfig={dra_cluster.kubeconfig}"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+
+
+def test_vendor_mode_checks_a_driver_as_it_is(dra_cluster, k8s, fake_driver, simulated_node, tmp_path):
+    """A driver the suite did not start (here: a fake-driver instance standing in for a vendor's),
+    described by a VendorDriver file: its slices are checked, fake-only tests are skipped with the reason."""
+    vendor = fake_driver({simulated_node: "dgx-h100"})
+    config = tmp_path / "vendor.yaml"
+    config.write_text(f"""
+apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: VendorDriver
+metadata: {{name: acme}}
+spec:
+  drivers: [{vendor.drivers.gpu}, {vendor.drivers.nic}, {vendor.drivers.storage}]
+  deviceClasses: {{gpu: {vendor.config.instance}-gpu}}
+  features: [DRADeviceTaints]
+""")
+    result = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-p", "no:cacheprovider", "-v", "-rs",
+                             "--dra-backend=existing", f"--kubeconfig={dra_cluster.kubeconfig}",
+                             f"--dra-driver-config={config}"], capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert output.count("PASSED") == 5, output[-3000:]  # the five slice checks, on the vendor's slices
+    assert "needs the fake driver's powers" in output
+
+
+def test_vendor_mode_reports_the_defects_of_a_bad_driver(dra_cluster, fake_driver, simulated_node, tmp_path):
+    vendor = fake_driver({simulated_node: "a100-mig"}, variant="bad-counters")
+    config = tmp_path / "vendor.yaml"
+    config.write_text(f"""
+apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: VendorDriver
+metadata: {{name: acme}}
+spec:
+  drivers: [{vendor.drivers.gpu}]
+""")
+    result = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-p", "no:cacheprovider", "-q",
+                             "--dra-backend=existing", f"--kubeconfig={dra_cluster.kubeconfig}",
+                             f"--dra-driver-config={config}"], capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    assert "counters add up" in output and "consumes 2 of memory-slice-0 but" in output
+
+
+def test_bad_vendor_file_is_a_usage_error(dra_cluster, tmp_path):
+    config = tmp_path / "vendor.yaml"
+    config.write_text("apiVersion: dra-harness.x-k8s.io/v1alpha1\nkind: VendorDriver\nmetadata: {name: x}\n"
+                      "spec: {drivers: ['Not A Driver'], colour: red}\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-p", "no:cacheprovider", "-q",
+                             "--dra-backend=existing", f"--kubeconfig={dra_cluster.kubeconfig}",
+                             f"--dra-driver-config={config}"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 4  # pytest's usage error
+    assert "spec.drivers[0]" in result.stderr and "spec.colour: unknown field" in result.stderr
+    assert "Traceback" not in result.stderr
