@@ -97,6 +97,21 @@ def pod(name: str, template: str | None = None, extended: str | None = None) -> 
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {LOAD_LABEL: "true"}}, "spec": spec}
 
 
+def pod_group_with_claim(name: str, template: str) -> dict:
+    """A PodGroup (scheduling.k8s.io/v1beta1) whose members share one claim made from `template`."""
+    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "labels": {LOAD_LABEL: "true"}},
+            "spec": {"schedulingPolicy": {"basic": {}},
+                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}]}}
+
+
+def group_member(name: str, group: str, template: str) -> dict:
+    """A pod of `group` whose claim entry equals the group's, so it uses the group's shared claim."""
+    body = pod(name, template=template)
+    body["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return body
+
+
 def create_pods(core, namespace: str, pods: list[dict], concurrency: int = 32) -> None:
     pool = gevent.pool.Pool(concurrency)
     for body in pods:

@@ -89,7 +89,7 @@ def _setup(environment, **_) -> None:
     scenario = options.scenario
     waiting = {f"wait-{i}" for i in range(options.pending)}
 
-    if scenario == "device-freed":
+    if scenario in ("device-freed", "claim-shared"):
         fill = [f"fill-{i}" for i in range(options.nodes * options.devices_per_node)]
         ops.create_pods(core, namespace, [ops.pod(n, template="one-gpu") for n in fill])
         ops.wait_until("every device to be allocated", lambda: ops.count_bound(core, namespace, set(fill)) == len(fill), 600)
@@ -100,6 +100,16 @@ def _setup(environment, **_) -> None:
         first = [f"init-{i}" for i in range(options.pending // 2)]
         ops.create_pods(core, namespace, [ops.pod(n, template="one-gpu") for n in first])
         ops.wait_until("the initial pods to be scheduled", lambda: ops.count_bound(core, namespace, set(first)) == len(first), 600)
+        waiting = set()
+    if scenario == "claim-shared":
+        scheduling = kubernetes.client.SchedulingV1beta1Api(STATE["api"])
+        groups = [f"grp-{i}" for i in range(options.pending // 2)]
+        for group in groups:
+            scheduling.create_namespaced_pod_group(namespace, ops.pod_group_with_claim(group, "one-gpu"))
+        waiting = {f"{group}-{member}" for group in groups for member in ("a", "b")}
+        ops.create_pods(core, namespace, [ops.group_member(f"{g}-{m}", g, "one-gpu") for g in groups for m in "ab"])
+        ops.wait_until("every group member to be parked as unschedulable",
+                       lambda: ops.all_unschedulable(core, namespace, waiting), 600)
         waiting = set()
     if waiting:
         extended = scenario == "class-created"
@@ -117,7 +127,8 @@ def _targets(options, runner):
     """What each event acts on, derived from the parameters alone, so a worker can compute its share
     (every n-th target) without talking to the master."""
     nodes = [f"dev-{i}" for i in range(options.nodes)]
-    every = {"device-freed": [f"fill-{i}" for i in range(options.nodes * options.devices_per_node)],
+    fill = [f"fill-{i}" for i in range(options.nodes * options.devices_per_node)]
+    every = {"device-freed": fill, "claim-shared": fill,
              "slice-added": nodes, "taint-removed": [f"load-hold-{n}" for n in nodes],
              "class-created": list(range(options.pending))}.get(options.scenario)
     if every is None:  # throughput: an endless supply of new pod names
@@ -227,6 +238,10 @@ class DRAUser(User):
 class DeviceFreedUser(DRAUser):
     def _unblock(self) -> None:
         STATE["core"].delete_namespaced_pod(next(STATE["targets"]), STATE["namespace"], grace_period_seconds=0)
+
+
+class ClaimSharedUser(DeviceFreedUser):
+    """Frees a device; a waiting PodGroup's shared claim takes it and its members are bound."""
 
 
 class SliceAddedUser(DRAUser):

@@ -33,6 +33,9 @@ SCENARIOS = {s.name: s for s in (
              "pending; an event deletes one node's rule", False, True),
     Scenario("class-created", "P pods each wait for the extended resource of a DeviceClass that does not "
              "exist; an event creates one pod's class", False, True),
+    Scenario("claim-shared", "every device taken; P/2 PodGroups of 2 member pods share one claim each "
+             "(workload-level claims); an event deletes one running pod, and one group's claim gets its device",
+             True, True),
     Scenario("throughput", "a burst of P pods with claim templates on free devices (P/2 created first and "
              "scheduled, P/2 measured), reported in pods/s", False, True),
 )}
@@ -41,6 +44,7 @@ SCENARIOS = {s.name: s for s in (
 # The locust User class (load/locustfile.py) that plays each scenario.
 USER_CLASSES = {"device-freed": "DeviceFreedUser", "slice-added": "SliceAddedUser",
                 "taint-removed": "TaintRemovedUser", "class-created": "ClassCreatedUser",
+                "claim-shared": "ClaimSharedUser",
                 "throughput": "ThroughputUser"}
 
 
@@ -89,6 +93,9 @@ def validate(params: LoadParams) -> LoadParams:
         problems.append(Problem("--pending", str(params.pending),
                                 f"{params.events} events x {params.devices_per_node} devices per node need at "
                                 "least that many waiting pods", f"at least {params.events * params.devices_per_node}"))
+    if scenario.name == "claim-shared" and (params.pending < 2 or params.events > params.pending // 2):
+        problems.append(Problem("--events", str(params.events), "each event serves one PodGroup of 2 waiting pods",
+                                f"at most --pending/2 ({params.pending // 2})"))
     if scenario.name == "slice-added" and params.events > params.nodes:
         problems.append(Problem("--events", str(params.events), "each event gives one more node its devices",
                                 f"at most --nodes ({params.nodes})"))

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.parametrize("scenario", [s for s in scenarios.SCENARIOS if s != "throughput"])
 def test_latency_scenario_measures_every_event(scenario, tmp_path, dra_run_id):
-    params = scenarios.LoadParams(scenario, nodes=3, pending=4, events=3, devices_per_node=1, time_limit=120)
+    params = scenarios.LoadParams(scenario, nodes=3, pending=6, events=3, devices_per_node=1, time_limit=120)
     summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-{scenario[:6]}-{dra_run_id[:5]}")
     latency = summary["latency_ms"]
     assert (latency["n"], summary["failures"]) == (3, 0)
