@@ -131,9 +131,9 @@ class FakeDriver:
         """Remove every slice and DeviceClass of this instance (clean shutdown of a test driver)."""
         selector = f"{INSTANCE_LABEL}={self.config.instance}"
         for item in self.resource.list_resource_slice(label_selector=selector).items:
-            _ignore_missing(self.resource.delete_resource_slice, item.metadata.name)
+            ignore_missing(self.resource.delete_resource_slice, item.metadata.name)
         for item in self.resource.list_device_class(label_selector=selector).items:
-            _ignore_missing(self.resource.delete_device_class, item.metadata.name)
+            ignore_missing(self.resource.delete_device_class, item.metadata.name)
 
     def _device_types(self) -> dict[str, str]:
         types: dict[str, str] = {}
@@ -354,7 +354,7 @@ class FakeDriver:
                         self._refresh(node)  # someone wrote in between: re-read; the retry uses fresh state
                     raise
             for name in plan.delete:
-                _ignore_missing(self.resource.delete_resource_slice, name)
+                ignore_missing(self.resource.delete_resource_slice, name)
                 with self._lock:
                     self._slices[node].pop(name, None)
 
@@ -370,9 +370,10 @@ class FakeDriver:
             self._slices[node] = {i.metadata.name: self.api.sanitize_for_serialization(i) for i in items}
 
 
-def _ignore_missing(call, *args) -> None:
+def ignore_missing(call, *args, **kwargs) -> None:
+    """Call a delete (or any API call); a 404 means the work is already done."""
     try:
-        call(*args)
+        call(*args, **kwargs)
     except ApiException as err:
         if err.status != 404:
             raise

@@ -14,8 +14,6 @@ roles. No cluster is started if no test asks for one.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import shutil
 import tempfile
@@ -24,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backends.base import ClusterInfo
+from harness.locking import file_lock
 from harness.errors import HarnessError
 
 
@@ -49,7 +48,7 @@ def new_run_id() -> str:
 
 def acquire_cluster(shared: Path, options: SessionOptions, run_id: str) -> ClusterInfo:
     """Return the run's cluster, starting it if this is the first process to ask."""
-    with _locked(shared):
+    with file_lock(shared / "lock"):
         info_file, error_file = shared / "cluster.json", shared / "error.txt"
         if error_file.exists():
             raise HarnessError("the test cluster failed to start (in another worker):\n" + error_file.read_text())
@@ -129,13 +128,3 @@ def existing_cluster(kubeconfig: str) -> ClusterInfo:
 def _info_from_json(data: dict) -> ClusterInfo:
     return ClusterInfo(name=data["name"], backend=data["backend"], kubeconfig=Path(data["kubeconfig"]),
                        server=data["server"], metrics=data.get("metrics", {}))
-
-
-@contextlib.contextmanager
-def _locked(shared: Path):
-    with open(shared / "lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -14,6 +14,7 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from fake_devices.config import PROFILE_LABEL
+from fake_devices.controller import ignore_missing
 
 LOAD_LABEL = "dra-harness.x-k8s.io/load"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -185,15 +186,7 @@ def claim_template(name: str, device_class: str) -> dict:
 def cleanup(core, resource, namespace: str) -> None:
     """Delete what a load run created (namespace, its DeviceTaintRules and DeviceClasses)."""
     for rule in resource.list_device_taint_rule(label_selector=LOAD_LABEL).items:
-        _ignore_missing(resource.delete_device_taint_rule, rule.metadata.name)
+        ignore_missing(resource.delete_device_taint_rule, rule.metadata.name)
     for cls in resource.list_device_class(label_selector=LOAD_LABEL).items:
-        _ignore_missing(resource.delete_device_class, cls.metadata.name)
-    _ignore_missing(core.delete_namespace, namespace)
-
-
-def _ignore_missing(call, *args) -> None:
-    try:
-        call(*args)
-    except ApiException as err:
-        if err.status != 404:
-            raise
+        ignore_missing(resource.delete_device_class, cls.metadata.name)
+    ignore_missing(core.delete_namespace, namespace)

@@ -10,7 +10,6 @@ that simply fails verification.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -18,6 +17,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from harness.locking import file_lock
 
 MANIFEST = "manifest.json"
 
@@ -34,12 +35,8 @@ def sha256_file(path: Path) -> str:
 def locked(directory: Path) -> Iterator[None]:
     """Serialise installs into one cache directory (parallel pytest workers, two terminals)."""
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with file_lock(directory / ".lock"):
+        yield
 
 
 def load(directory: Path) -> dict:
