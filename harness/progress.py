@@ -6,7 +6,6 @@ On a terminal rich draws spinners and bars; in CI logs the same calls print one 
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Iterator
 
@@ -77,12 +76,3 @@ class Counter:
             # In a CI log, a line every 15 s shows the work is alive without flooding it.
             self._last_logged = time.monotonic()
             self._log.info(f"  {self.title}: {min(self._done, self.total)}/{self.total}")
-
-    def set_total(self, total: int) -> None:
-        self.total = total
-        if self._bar is not None:
-            self._bar.update(self._task, total=total)
-
-
-def default_reporter(quiet: bool = False) -> Reporter:
-    return Reporter(quiet=quiet or not sys.stderr)
