@@ -375,3 +375,13 @@ def rejected(call, *args, status: int = 422, **kwargs) -> str:
         assert err.status == status, f"expected HTTP {status}, got {err.status}: {err.body}"
         return json.loads(err.body)["message"]
     raise AssertionError(f"{getattr(call, '__name__', call)} was accepted, expected HTTP {status}")
+
+
+def every_node_says(message: str, reason: str, nodes: list[str]) -> bool:
+    """True when the scheduler's "0/N nodes are available: ..." message gives `reason` for at least as
+    many nodes as `nodes` lists. Other nodes of a shared cluster (say, one another test is creating)
+    may add reasons of their own; the nodes under test must all answer with `reason`."""
+    import re
+
+    match = re.search(rf"(\d+) {re.escape(reason)}(?:[.,]|$)", message)
+    return bool(match) and message.startswith("0/") and int(match[1]) >= len(nodes)

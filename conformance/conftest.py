@@ -17,6 +17,7 @@ from harness.discovery import ClusterFacts, discover
 from harness.k8s.client import Clients
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+EPHEMERAL_LABEL = "dra-harness.x-k8s.io/ephemeral"  # nodes a test creates and deletes again: never "the" node
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +60,8 @@ def simulated_nodes(k8s: Clients) -> list[str]:
     from harness.backends.local.nodes import is_ready
 
     found = sorted(n.metadata.name for n in k8s.core.list_node().items
-                   if (n.metadata.annotations or {}).get(KWOK_ANNOTATION) == "fake" and is_ready(n))
+                   if (n.metadata.annotations or {}).get(KWOK_ANNOTATION) == "fake" and is_ready(n)
+                   and (n.metadata.labels or {}).get(EPHEMERAL_LABEL) != "true")
     if not found:
         pytest.skip("needs a simulated (KWOK) node; the cluster under test has none")
     return found

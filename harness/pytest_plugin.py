@@ -70,7 +70,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_RESULTS] = ResultRecorder()
         config.pluginmanager.register(config.stash[_RESULTS], "dra-harness-results")
         config.stash[_SHARED] = str(sessions.new_shared_dir())
-        config.stash[_RUN_ID] = os.environ.get("PYTEST_XDIST_TESTRUNUID", sessions.new_run_id())[:8]
+        # Always fresh: a pytest run started from inside another one's xdist worker inherits that run's
+        # PYTEST_XDIST_* variables, and reusing its id would reuse its (still terminating) namespaces.
+        config.stash[_RUN_ID] = sessions.new_run_id()
         # `kill` of the run takes the Ctrl-C path, so session teardown still stops the cluster.
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             signal.signal(signal.SIGTERM, _interrupt)
@@ -234,7 +236,7 @@ def k8s(dra_cluster: ClusterInfo) -> Iterator[Clients]:
 @pytest.fixture
 def unique_name(request: pytest.FixtureRequest, dra_run_id: str):
     """`unique_name("gpu")` -> a DNS-safe name no other test or worker of this run uses."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    worker = getattr(request.config, "workerinput", {}).get("workerid", "gw")
     digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
 
     def make(prefix: str) -> str:

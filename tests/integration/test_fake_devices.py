@@ -91,7 +91,8 @@ def test_deleted_node_loses_its_slices(k8s, fake_driver, unique_name):
     from harness.progress import Reporter
 
     name = unique_name("gone")
-    nodes.create(k8s.core, [nodes.NodeSpec(name)], Reporter(quiet=True))
+    nodes.create(k8s.core, [nodes.NodeSpec(name, labels={"dra-harness.x-k8s.io/ephemeral": "true"})],
+                 Reporter(quiet=True))
     try:
         driver = fake_driver({name: "tiny"})
         assert len(_published(k8s, driver)) == 3
