@@ -9,8 +9,6 @@ build downloads the modules and compiles ~300 packages (a few minutes on two cor
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -18,6 +16,8 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from harness.locking import file_lock
 
 from harness import paths
 from harness.errors import HarnessError
@@ -55,7 +55,7 @@ def build(reporter: Reporter | None = None, source: Path = SOURCE_DIR) -> Path:
                            hint="install Go >= 1.22 (the module's toolchain line fetches the Go it needs)")
     reporter = reporter or Reporter()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.parent / "lock"):  # parallel test workers build it once
+    with file_lock(target.parent / "lock"):  # parallel test workers build it once
         if target.exists():
             return target
         log = target.parent / "build.log"
@@ -115,16 +115,6 @@ def _tail(log: Path, lines: int = 15) -> str:
         return "last lines of the build log:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def main() -> int:

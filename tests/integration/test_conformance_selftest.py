@@ -15,6 +15,13 @@ pytestmark = pytest.mark.integration
 CHECKS = Path(__file__).resolve().parents[2] / "conformance" / "test_driver_checks.py"
 
 
+def _run_checks(cluster, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """The driver checks in their own pytest process, against this run's cluster."""
+    return subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-p", "no:cacheprovider",
+                           "--dra-backend=existing", f"--kubeconfig={cluster.kubeconfig}", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.parametrize("variant, failing_test, defect", [
     ("wrong-numa-type", "standard attributes have standard types",
      "resource.kubernetes.io/numaNode must be of type int, is string"),
@@ -24,9 +31,7 @@ CHECKS = Path(__file__).resolve().parents[2] / "conformance" / "test_driver_chec
      "did not publish a taint for an unhealthy device"),
 ])
 def test_suite_names_the_defect_of_a_broken_driver(dra_cluster, variant, failing_test, defect):
-    result = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-p", "no:cacheprovider", "-q",
-                             "-p", "no:randomly", "--dra-backend=existing", f"--kubeconfig={dra_cluster.kubeconfig}",
-                             f"--dra-fake-variant={variant}"], capture_output=True, text=True, timeout=300)
+    result = _run_checks(dra_cluster, "-q", f"--dra-fake-variant={variant}", timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
     failed = [line for line in output.splitlines() if line.startswith("FAILED")]
@@ -35,13 +40,11 @@ def test_suite_names_the_defect_of_a_broken_driver(dra_cluster, variant, failing
 
 
 def test_suite_passes_against_the_correct_driver(dra_cluster):
-    result = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-p", "no:cacheprovider", "-q",
-                             "--dra-backend=existing", f"--kubeconfig={dra_cluster.kubeconfig}"],
-                            capture_output=True, text=True, timeout=300)
+    result = _run_checks(dra_cluster, "-q", timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
 
 
-def test_vendor_mode_checks_a_driver_as_it_is(dra_cluster, k8s, fake_driver, simulated_node, tmp_path):
+def test_vendor_mode_checks_a_driver_as_it_is(dra_cluster, fake_driver, simulated_node, tmp_path):
     """A driver the suite did not start (here: a fake-driver instance standing in for a vendor's),
     described by a VendorDriver file: its slices are checked, fake-only tests are skipped with the reason."""
     vendor = fake_driver({simulated_node: "dgx-h100"})
@@ -55,9 +58,7 @@ spec:
   deviceClasses: {{gpu: {vendor.config.instance}-gpu}}
   features: [DRADeviceTaints]
 """)
-    result = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-p", "no:cacheprovider", "-v", "-rs",
-                             "--dra-backend=existing", f"--kubeconfig={dra_cluster.kubeconfig}",
-                             f"--dra-driver-config={config}"], capture_output=True, text=True, timeout=300)
+    result = _run_checks(dra_cluster, "-v", "-rs", f"--dra-driver-config={config}", timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert output.count("PASSED") == 5, output[-3000:]  # the five slice checks, on the vendor's slices
@@ -74,9 +75,7 @@ metadata: {{name: acme}}
 spec:
   drivers: [{vendor.drivers.gpu}]
 """)
-    result = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-p", "no:cacheprovider", "-q",
-                             "--dra-backend=existing", f"--kubeconfig={dra_cluster.kubeconfig}",
-                             f"--dra-driver-config={config}"], capture_output=True, text=True, timeout=300)
+    result = _run_checks(dra_cluster, "-q", f"--dra-driver-config={config}", timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
     assert "counters add up" in output and "consumes 2 of memory-slice-0 but" in output
@@ -86,9 +85,7 @@ def test_bad_vendor_file_is_a_usage_error(dra_cluster, tmp_path):
     config = tmp_path / "vendor.yaml"
     config.write_text("apiVersion: dra-harness.x-k8s.io/v1alpha1\nkind: VendorDriver\nmetadata: {name: x}\n"
                       "spec: {drivers: ['Not A Driver'], colour: red}\n")
-    result = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-p", "no:cacheprovider", "-q",
-                             "--dra-backend=existing", f"--kubeconfig={dra_cluster.kubeconfig}",
-                             f"--dra-driver-config={config}"], capture_output=True, text=True, timeout=120)
+    result = _run_checks(dra_cluster, "-q", f"--dra-driver-config={config}", timeout=120)
     assert result.returncode == 4  # pytest's usage error
     assert "spec.drivers[0]" in result.stderr and "spec.colour: unknown field" in result.stderr
     assert "Traceback" not in result.stderr
