@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="cluster definition (node pools, profiles, preset): a file or a name from clusters/")
     up.add_argument("--nodes", type=int, default=None,
                     help="number of simulated (KWOK) nodes without devices (default: 3; not with --config)")
+    up.add_argument("--real-nodes", type=int, default=0,
+                    help="local: nodes run by a real kubelet v1.37 + containerd on this machine (needs root; "
+                         "see docs/real-node.md; default: 0)")
     up.add_argument("--preset", default=None, help="feature-gate preset from clusters/feature-gates (default: all-dra)")
     up.add_argument("--feature-gates", default="", metavar="A=true,B=false", help="gate overrides")
     up.add_argument("--runtime-config", default="", metavar="G/V=true", help="API version overrides")
@@ -301,6 +304,7 @@ _BACKEND_FLAGS = {
     "--binaries-dir": ("binaries_dir", None, ("local",)),
     "--source": ("source", "auto", ("local",)),
     "--nodes": ("nodes", None, ("local", "kind")),
+    "--real-nodes": ("real_nodes", 0, ("local",)),
     "--preset": ("preset", None, ("local", "kind")),
     "--feature-gates": ("feature_gates", "", ("local", "kind")),
     "--runtime-config": ("runtime_config", "", ("local", "kind")),
@@ -344,7 +348,8 @@ def _up_options(args):
 
     return UpOptions(name=args.name, nodes=nodes, preset=args.preset, feature_gates=args.feature_gates,
                      runtime_config=args.runtime_config, versions=_versions(args), binaries_dir=args.binaries_dir,
-                     binary_source=args.source, keep_on_failure=args.keep_on_failure, definition=definition)
+                     binary_source=args.source, keep_on_failure=args.keep_on_failure, definition=definition,
+                     real_nodes=args.real_nodes)
 
 
 def _print_status(status, out) -> None:

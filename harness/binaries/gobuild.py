@@ -123,7 +123,7 @@ def _build_kubernetes(version: str, work: Path, out: Path, reporter: Reporter) -
     _write_tools_file(module, KUBE_PACKAGES.values())
     _go(["mod", "tidy"], module, work, "resolving modules")
     build_date = _module_time(info)
-    _go_build(list(KUBE_PACKAGES.values()), ["-ldflags", kubernetes_ldflags(version, build_date), "-o", str(out) + "/"],
+    run_go_build(list(KUBE_PACKAGES.values()), ["-ldflags", kubernetes_ldflags(version, build_date), "-o", str(out) + "/"],
               module, work, reporter, f"compiling Kubernetes v{version}")
 
 
@@ -145,7 +145,7 @@ def _build_etcd(version: str, work: Path, out: Path, reporter: Reporter) -> None
     (module / "go.sum").unlink(missing_ok=True)
     _write_tools_file(module, [ETCD_MODULE])
     _go(["mod", "tidy"], module, work, "resolving modules")
-    _go_build([ETCD_MODULE], ["-ldflags", "-s -w", "-o", str(out / "etcd")], module, work, reporter,
+    run_go_build([ETCD_MODULE], ["-ldflags", "-s -w", "-o", str(out / "etcd")], module, work, reporter,
               f"compiling etcd v{version}")
 
 
@@ -153,7 +153,7 @@ def _build_etcd(version: str, work: Path, out: Path, reporter: Reporter) -> None
 
 def _build_kwok(version: str, work: Path, out: Path, reporter: Reporter) -> None:
     env = {"GOBIN": str(out)}
-    _go_build([f"{KWOK_PACKAGE}@v{version}"], [], work, work, reporter, f"compiling KWOK v{version}",
+    run_go_build([f"{KWOK_PACKAGE}@v{version}"], [], work, work, reporter, f"compiling KWOK v{version}",
               verb="install", extra_env=env)
 
 
@@ -206,7 +206,7 @@ def _go(args: list[str], cwd: Path, work: Path, what: str, extra_env: dict | Non
     return proc.stdout
 
 
-def _go_build(packages: list[str], flags: list[str], cwd: Path, work: Path, reporter: Reporter, title: str,
+def run_go_build(packages: list[str], flags: list[str], cwd: Path, work: Path, reporter: Reporter, title: str,
               verb: str = "build", extra_env: dict | None = None) -> None:
     """Run `go build -v`, turning the package names it prints into a progress bar."""
     total = _count_packages(packages, cwd, extra_env) if verb == "build" else 400

@@ -18,6 +18,9 @@ from pathlib import Path
 from harness import binaries as binaries_mod
 from harness.backends.base import Backend, ClusterInfo, ClusterStatus, ComponentStatus
 from harness.backends.local import components, kubeconfig, nodes, pki, ports, process, state
+from harness.backends.local.realnode import node as realnode
+from harness.backends.local.realnode import preflight, teardown
+from harness.binaries import noderuntime
 from harness.config import featuregates
 from harness.config.cluster import ClusterDefinition
 from harness.errors import ComponentError, ConfigError, HarnessError, Problem
@@ -41,6 +44,7 @@ class UpOptions:
     node_timeout: float = 300.0
     verbosity: int = 1
     definition: ClusterDefinition | None = None  # node pools, preset and fake driver from clusters/*.yaml
+    real_nodes: int = 0  # nodes run by a real kubelet + containerd (see realnode/), beside the KWOK ones
 
 
 def known_gates(binset: binaries_mod.BinarySet) -> set[str]:
@@ -51,6 +55,10 @@ def known_gates(binset: binaries_mod.BinarySet) -> set[str]:
     except (OSError, subprocess.SubprocessError):
         return set()
     return featuregates.parse_known_gates(out)
+
+
+def realnode_specs(options: UpOptions) -> list[realnode.RealNodeSpec]:
+    return realnode.default_specs(options.real_nodes)
 
 
 class LocalBackend(Backend):
@@ -66,6 +74,14 @@ class LocalBackend(Backend):
         name = state.validate_name(options.name)
         if options.nodes < 0:
             raise ConfigError([Problem("--nodes", str(options.nodes), "must be 0 or more")])
+        if options.real_nodes < 0:
+            raise ConfigError([Problem("--real-nodes", str(options.real_nodes), "must be 0 or more")])
+        real_specs = realnode_specs(options)
+        if real_specs:
+            problems = preflight.problems()
+            if problems:
+                raise HarnessError("this machine cannot run a real node:\n  - " + "\n  - ".join(problems),
+                                   hint="use --real-nodes 0 (simulated nodes only) or the kind backend")
         matrix = featuregates.load_matrix(options.versions.kubernetes)
         definition = options.definition
         gate_args = dict(preset=options.preset or (definition.preset if definition else None),
@@ -78,6 +94,7 @@ class LocalBackend(Backend):
         binset = binaries_mod.ensure(options.versions, source=options.binary_source,
                                      binaries_dir=options.binaries_dir, reporter=self.reporter)
         features = featuregates.resolve(matrix, **gate_args, known_gates=known_gates(binset))
+        runtime = noderuntime.ensure(self.reporter) if real_specs else None
 
         started = time.monotonic()
         allocated = ports.allocate(components.PORT_NAMES, reserved=state.reserved_ports(except_name=name))
@@ -87,7 +104,7 @@ class LocalBackend(Backend):
                                       "features": features.to_dict(), "nodes": len(node_specs),
                                       "definition": definition.source if definition else None})
         try:
-            self._start(cluster, binset, features, allocated, options, node_specs)
+            self._start(cluster, binset, features, allocated, options, node_specs, real_specs, runtime)
         except BaseException:
             if options.keep_on_failure:
                 cluster.data["phase"] = "failed"
@@ -95,6 +112,7 @@ class LocalBackend(Backend):
                 self.reporter.info(f"keeping the failed cluster for inspection: {cluster.directory}")
             else:
                 with self.reporter.step("cleaning up after the failed start"):
+                    teardown.teardown_all(cluster.directory, cluster.name, cluster.data)
                     process.stop_all(cluster.directory, components.STOP_ORDER)
                     state.remove(cluster)
             raise
@@ -112,10 +130,13 @@ class LocalBackend(Backend):
             raise HarnessError(f"cluster {name!r} already exists and is running ({len(live)} processes)",
                                hint=f"use it, pick another --name, or run `dra-harness cluster down --name {name}`")
         self.reporter.info(f"removing stale state of cluster {name!r} (its processes are gone)")
+        leftovers = teardown.teardown_all(existing.directory, name, existing.data)
+        if leftovers:
+            raise HarnessError(f"cannot clean up the stale real node of cluster {name!r}: {'; '.join(leftovers)}")
         state.remove(existing)
 
     def _start(self, cluster: state.ClusterState, binset, features, allocated, options: UpOptions,
-               node_specs: list[nodes.NodeSpec]) -> None:
+               node_specs: list[nodes.NodeSpec], real_specs: list[realnode.RealNodeSpec], runtime) -> None:
         with self.reporter.step("creating certificates and kubeconfigs"):
             keys = pki.create(cluster.directory / "pki", cluster.name)
             layout = components.ClusterLayout(cluster.name, cluster.directory, binset, features, allocated, keys,
@@ -133,12 +154,14 @@ class LocalBackend(Backend):
                     running.append((component, process.start(component.name, component.argv, cluster.directory,
                                                              component.env)))
                 self._wait_healthy(running, tls)
-        if node_specs:
+        if real_specs:
+            realnode.start_all(cluster, layout, real_specs, runtime, self.reporter)
+        if node_specs or real_specs:
             clients = Clients(layout.kubeconfig("admin"))
             try:
                 nodes.create(clients.core, node_specs, self.reporter)
-                nodes.wait_ready(clients.core, {s.name for s in node_specs}, self.reporter, options.node_timeout,
-                                 check_alive=lambda: self._check_alive(cluster.directory))
+                nodes.wait_ready(clients.core, {s.name for s in [*node_specs, *real_specs]}, self.reporter,
+                                 options.node_timeout, check_alive=lambda: self._check_alive(cluster.directory))
             finally:
                 clients.close()
         if options.definition and options.definition.profiles:
@@ -188,7 +211,9 @@ class LocalBackend(Backend):
     def down(self, name: str) -> list[str]:
         """Stop every process of the cluster and delete its state. Returns leftovers (normally none)."""
         cluster = state.load(state.validate_name(name))
-        stuck = process.stop_all(cluster.directory, components.STOP_ORDER)
+        # Real nodes first: their kubelets are API clients, and their pods must go before containerd.
+        node_leftovers = teardown.teardown_all(cluster.directory, cluster.name, cluster.data)
+        stuck = process.stop_all(cluster.directory, components.STOP_ORDER) + node_leftovers
         busy = ports.listening(list(cluster.ports.values()))
         leftovers = stuck + [f"port {p} still listening" for p in busy]
         if not stuck:

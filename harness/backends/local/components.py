@@ -91,6 +91,10 @@ def kube_apiserver(layout: ClusterLayout) -> Component:
             f"--service-account-signing-key-file={p.service_account_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            # Real nodes (see realnode/): reach their kubelet at its InternalIP, never by a DNS lookup.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={p.client_cert('kube-apiserver-kubelet-client')}",
+            f"--kubelet-client-key={p.client_key('kube-apiserver-kubelet-client')}",
             # The `kubernetes` Service cannot point at a loopback address, and nothing here needs it.
             "--endpoint-reconciler-type=none",
             "--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",

@@ -25,6 +25,8 @@ CLIENTS = {
     "kube-scheduler": ("system:kube-scheduler", []),
     "kube-controller-manager": ("system:kube-controller-manager", []),
     "kwok": ("dra-harness-kwok", ["system:masters"]),
+    # The API server's identity towards kubelets (logs, exec); the kubelet authorizes it by webhook.
+    "kube-apiserver-kubelet-client": ("dra-harness-apiserver-kubelet-client", ["system:masters"]),
 }
 
 
@@ -84,6 +86,24 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.Certific
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALIDITY))
 
 
+def _sign_client(pki: Pki, ca_key, ca_name: x509.Name, name: str, common_name: str, orgs: list[str]) -> None:
+    key = _key()
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in orgs]
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    cert = (_builder(x509.Name(attributes), ca_name, key.public_key())
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    _write_key(pki.client_key(name), key)
+    _write_cert(pki.client_cert(name), cert)
+
+
+def add_client(pki: Pki, name: str, common_name: str, orgs: list[str]) -> None:
+    """Sign one more client certificate with the cluster's CA (e.g. a real node's kubelet)."""
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    ca_name = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes()).subject
+    _sign_client(pki, ca_key, ca_name, name, common_name, orgs)
+
+
 def create(directory: Path, cluster_name: str) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     pki = Pki(directory)
@@ -114,14 +134,7 @@ def create(directory: Path, cluster_name: str) -> Pki:
     _write_cert(pki.serving_cert, serving)
 
     for name, (common_name, orgs) in CLIENTS.items():
-        key = _key()
-        attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in orgs]
-        attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-        cert = (_builder(x509.Name(attributes), ca_name, key.public_key())
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-                .sign(ca_key, hashes.SHA256()))
-        _write_key(pki.client_key(name), key)
-        _write_cert(pki.client_cert(name), cert)
+        _sign_client(pki, ca_key, ca_name, name, common_name, orgs)
 
     sa_key = _key()
     _write_key(pki.service_account_key, sa_key)

@@ -112,7 +112,7 @@ def stop_all(cluster_dir: Path, order: list[list[str]] = (), grace_seconds: floa
                 running = recorded_now.get(name)
                 if running and alive(running):
                     procs.append(psutil.Process(running.pid))
-        stuck = _terminate(procs, grace_seconds)
+        stuck = terminate(procs, grace_seconds)
         if stuck:
             return [f"pid {p.pid}" for p in stuck]
     for path in (cluster_dir / "pids").glob("*.json"):
@@ -127,7 +127,7 @@ def _gone(proc: psutil.Process) -> bool:
         return True
 
 
-def _terminate(procs: list[psutil.Process], grace_seconds: float) -> list[psutil.Process]:
+def terminate(procs: list[psutil.Process], grace_seconds: float) -> list[psutil.Process]:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for proc in procs:
             try:

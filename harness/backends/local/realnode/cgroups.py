@@ -1,0 +1,114 @@
+"""The one cgroup a real node may use: `/dra-harness-<id>` in every hierarchy of the machine.
+
+The kubelet (cgroupDriver cgroupfs, cgroupRoot /dra-harness-<id>) and runc create everything below
+it (kubepods/, the QoS classes, pods, containers). We never move, unmount or reorganise the
+machine's own cgroups: we add one directory per hierarchy, and remove it (deepest first, after
+killing whatever still runs inside) when the node goes.
+
+Works on cgroup v1 (one mount per controller), hybrid (v1 plus /sys/fs/cgroup/unified) and v2.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def hierarchies(root: Path = CGROUP_ROOT) -> list[Path]:
+    """Mount points of the machine's cgroup hierarchies (v1 controllers, named ones, unified)."""
+    found = []
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            for line in handle:
+                fields = line.split()
+                fstype = fields[fields.index("-") + 1]
+                mount_point = Path(fields[4])
+                if fstype in ("cgroup", "cgroup2") and str(mount_point).startswith(str(root)):
+                    found.append(mount_point)
+    except (OSError, ValueError, IndexError):
+        return []
+    return sorted(set(found))
+
+
+def layout(root: Path = CGROUP_ROOT) -> str:
+    """'v2', 'hybrid' or 'v1' (or 'none' when nothing is mounted)."""
+    mounts = hierarchies(root)
+    if mounts == [root]:
+        return "v2"
+    if not mounts:
+        return "none"
+    return "hybrid" if any(m.name == "unified" for m in mounts) else "v1"
+
+
+def parent_name(node_id: str) -> str:
+    return f"dra-harness-{node_id}"
+
+
+def create(node_id: str) -> list[Path]:
+    """Create the node's parent cgroup in every hierarchy; returns the directories made."""
+    made = []
+    for mount in hierarchies():
+        directory = mount / parent_name(node_id)
+        directory.mkdir(exist_ok=True)
+        made.append(directory)
+        # A new cpuset cgroup starts with no CPUs or memory nodes: give it its parent's.
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            if (directory / name).exists() and (mount / name).exists() and not (directory / name).read_text().strip():
+                (directory / name).write_text((mount / name).read_text())
+        if mount == CGROUP_ROOT:  # pure v2: let the kubelet's children use the controllers we have
+            controllers = (directory / "cgroup.controllers").read_text().split()
+            if controllers:
+                (directory / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in controllers))
+    return made
+
+
+def existing(node_id: str) -> list[Path]:
+    return [m / parent_name(node_id) for m in hierarchies() if (m / parent_name(node_id)).is_dir()]
+
+
+def _pids(directory: Path) -> set[int]:
+    pids = set()
+    for path in directory.rglob("cgroup.procs"):
+        try:
+            pids.update(int(p) for p in path.read_text().split())
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def pids(node_id: str) -> set[int]:
+    found: set[int] = set()
+    for directory in existing(node_id):
+        found |= _pids(directory)
+    return found
+
+
+def remove(node_id: str, timeout: float = 10.0) -> list[str]:
+    """Kill what still runs in the node's cgroups and remove them; returns what is left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = pids(node_id)
+        for pid in remaining:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        left = []
+        for top in existing(node_id):
+            # Deepest first: a cgroup directory can only be removed once it has no children.
+            for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                try:
+                    directory.rmdir()
+                except OSError:
+                    pass
+            try:
+                top.rmdir()
+            except OSError as err:
+                left.append(f"cgroup {top}: {err.strerror}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)

@@ -1,0 +1,146 @@
+"""Start real nodes beside a local cluster's KWOK nodes: containerd + the kubelet, as local processes.
+
+Order (each step recorded in state.yaml first, so `cluster down` can undo a half-made node):
+host baseline -> node directory, cgroup parent, bridge -> containerd -> images -> kubelet.
+`teardown.teardown_all` is the reverse.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from dataclasses import dataclass, field
+
+from harness.backends.local import kubeconfig, pki, ports, process, state
+from harness.backends.local.realnode import cgroups, containerd, host, images, kubelet, network
+from harness.backends.local.realnode.layout import RealNodeRecord, node_id, node_root, records
+from harness.binaries.noderuntime import NodeRuntime
+from harness.errors import ComponentError, HarnessError
+from harness.progress import Reporter
+
+CONTAINERD_TIMEOUT = 60.0
+KUBELET_TIMEOUT = 90.0
+
+
+@dataclass(frozen=True)
+class RealNodeSpec:
+    name: str
+    pool: str = "real"
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def default_specs(count: int) -> list[RealNodeSpec]:
+    return [RealNodeSpec(f"real-node-{i}") for i in range(count)]
+
+
+def plan_record(cluster: state.ClusterState, spec: RealNodeSpec, used_networks, taken_ports: set[int]) -> RealNodeRecord:
+    ident = node_id(cluster.directory, spec.name)
+    subnet = network.choose_subnet(ident, used_networks)
+    allocated = ports.allocate([f"kubelet-{spec.name}", f"kubelet-healthz-{spec.name}"], reserved=taken_ports)
+    return RealNodeRecord(name=spec.name, id=ident, directory=str(node_root() / ident),
+                          bridge=network.bridge_name(ident), subnet=str(subnet), address=network.gateway(subnet),
+                          kubelet_port=allocated[f"kubelet-{spec.name}"],
+                          healthz_port=allocated[f"kubelet-healthz-{spec.name}"])
+
+
+def start_all(cluster: state.ClusterState, layout, specs: list[RealNodeSpec], runtime: NodeRuntime,
+              reporter: Reporter) -> list[RealNodeRecord]:
+    """Start every real node of `specs` and wait until its kubelet is healthy (Ready is waited for
+    with the KWOK nodes). `layout` is the cluster's components.ClusterLayout."""
+    if not specs:
+        return []
+    used = network.used_networks()
+    taken = set(state.reserved_ports()) | set(cluster.ports.values())
+    planned = []
+    for spec in specs:
+        record = plan_record(cluster, spec, used, taken)
+        used.append(ipaddress.ip_network(record.subnet))
+        taken |= {record.kubelet_port, record.healthz_port}
+        planned.append((spec, record))
+    # Recorded before anything is made, so teardown finds all of it even after a crash mid-way.
+    cluster.data["realNodes"] = [r.to_dict() for _, r in planned]
+    cluster.save()
+    with reporter.step("recording the machine settings a kubelet changes"):
+        host.acquire(cluster.name)
+    archives = None
+    for spec, record in planned:
+        archives = _start_one(cluster, layout, spec, record, runtime, reporter, archives)
+    return [r for _, r in planned]
+
+
+def _start_one(cluster, layout, spec: RealNodeSpec, record: RealNodeRecord, runtime: NodeRuntime,
+               reporter: Reporter, archives):
+    dirs = record.dirs
+    with reporter.step(f"{spec.name}: directories, cgroup /dra-harness-{record.id}, bridge {record.bridge} "
+                       f"({record.subnet})"):
+        for directory in dirs.all():
+            directory.mkdir(parents=True, exist_ok=True)
+        cgroups.create(record.id)
+        network.create_bridge(record.bridge, ipaddress.ip_network(record.subnet))
+        (dirs.cni_conf / "10-dra-harness.conflist").write_text(
+            network.cni_conflist(f"dra-harness-{record.id}", record.bridge,
+                                 ipaddress.ip_network(record.subnet), dirs.cni_ipam))
+        dirs.containerd_config.write_text(containerd.config_toml(dirs, runtime, images.PAUSE_IMAGE))
+        client = f"node-{spec.name}"
+        pki.add_client(layout.pki, client, f"system:node:{spec.name}", ["system:nodes"])
+        kubeconfig.write(layout.kubeconfig(client), cluster.name, layout.server, layout.pki, client)
+        dirs.kubelet_config.write_text(kubelet.config_yaml(record, str(layout.pki.ca_cert)))
+    with reporter.step(f"{spec.name}: starting containerd"):
+        running = process.start(record.containerd_process, containerd.argv(dirs, runtime), cluster.directory,
+                                containerd.env(runtime))
+        _wait(lambda: dirs.containerd_socket.exists() and _ctr_answers(dirs, runtime), running, CONTAINERD_TIMEOUT,
+              "containerd socket")
+    with reporter.step(f"{spec.name}: importing images ({images.PAUSE_IMAGE}, {images.SHELL_IMAGE})"):
+        if archives is None:
+            archives = images.write_archives(dirs.images, runtime.path("pause"), runtime.busybox)
+        containerd.import_images(dirs, runtime, archives)
+    with reporter.step(f"{spec.name}: starting the kubelet"):
+        labels = {"kubernetes.io/os": "linux", kubelet.KUBELET_LABEL: "real",
+                  "dra-harness.x-k8s.io/node-pool": spec.pool, "dra-harness.x-k8s.io/managed": "true",
+                  **spec.labels}
+        gate_flags = [f"--feature-gates={layout.features.gates_flag()}"] if layout.features.gates else []
+        argv = kubelet.argv(str(layout.binaries.path("kubelet")), record, str(layout.kubeconfig(client)), labels,
+                            gate_flags, layout.verbosity)
+        running = process.start(record.kubelet_process, argv, cluster.directory)
+        _wait(lambda: _healthy(kubelet.health_url(record)), running, KUBELET_TIMEOUT, kubelet.health_url(record))
+    return archives
+
+
+def _ctr_answers(dirs, runtime) -> bool:
+    try:
+        containerd.ctr(dirs, runtime, "version", timeout=10)
+        return True
+    except (HarnessError, OSError):
+        return False
+
+
+def _healthy(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _wait(ready, running: process.Running, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if not process.alive(running):
+            code = process.exit_code(running)
+            raise ComponentError(running.name, f"exited during start{'' if code is None else f' with code {code}'}",
+                                 log_file=running.log, log_tail=process.tail(running.log))
+        if time.monotonic() > deadline:
+            raise ComponentError(running.name, f"not ready after {timeout:.0f}s ({what})", log_file=running.log,
+                                 log_tail=process.tail(running.log))
+        time.sleep(0.2)
+
+
+def find(cluster_data: dict, name: str | None = None) -> RealNodeRecord:
+    nodes = records(cluster_data)
+    for record in nodes:
+        if name is None or record.name == name:
+            return record
+    raise HarnessError(f"cluster {cluster_data.get('name')!r} has no real node{f' named {name!r}' if name else ''}",
+                       hint="start one with `dra-harness cluster up --real-nodes 1`")

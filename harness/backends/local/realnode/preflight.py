@@ -1,0 +1,71 @@
+"""Can this machine run a real node? Every check, each failure with what to do about it.
+
+Run before anything is built or started, so a machine that cannot host a kubelet gets one clear
+message and keeps its state unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from pathlib import Path
+
+from harness.backends.local.realnode import cgroups, host
+from harness.backends.local.realnode.layout import node_root
+from harness.binaries import noderuntime
+
+
+def problems() -> list[str]:
+    found = []
+    if platform.system() != "Linux":
+        return [f"a real node needs Linux (this is {platform.system()})"]
+    if os.geteuid() != 0:
+        found.append("a real node needs root (the kubelet and containerd mount filesystems, create cgroups, "
+                     "network namespaces and a bridge): run as root, or use --real-nodes 0 / the kind backend")
+    layout = cgroups.layout()
+    if layout == "none":
+        found.append("no cgroup hierarchy is mounted under /sys/fs/cgroup")
+    if "overlay" not in _filesystems():
+        found.append("the kernel has no overlay filesystem (containerd's overlayfs snapshotter needs it)")
+    for tool in ("ip", "umount"):
+        if not shutil.which(tool):
+            found.append(f"`{tool}` is not installed (Debian: iproute2 / mount)")
+    found += [f"missing: {m} (Debian: apt-get install {noderuntime.DEBIAN_PACKAGES})"
+              for m in noderuntime.host_tools_missing()]
+    for name in host.SYSCTLS[:4]:
+        path = host.sysctl_path(name)
+        if path.exists() and not os.access(path, os.W_OK):
+            found.append(f"{path} is read-only here: the kubelet must be able to set {name}")
+    try:
+        node_root().mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        found.append(f"cannot create the node directory root {node_root()}: {err.strerror} "
+                     f"(set DRA_HARNESS_NODE_ROOT to a short writable path)")
+    return found
+
+
+def _filesystems() -> str:
+    try:
+        return Path("/proc/filesystems").read_text()
+    except OSError:
+        return ""
+
+
+def facts() -> dict[str, str]:
+    """What this machine offers a real node, for `cluster up` output and the docs' troubleshooting."""
+    from harness.backends.local.realnode.images import find_busybox
+
+    return {"cgroups": cgroups.layout(), "runc": str(noderuntime.find_runc()),
+            "cni": str(noderuntime.find_cni_dir()), "busybox": str(find_busybox()),
+            "capSysResource": str(_has_cap_sys_resource())}
+
+
+def _has_cap_sys_resource() -> bool:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapBnd:"):
+                return bool(int(line.split()[1], 16) & (1 << 24))
+    except (OSError, ValueError):
+        pass
+    return False

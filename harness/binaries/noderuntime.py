@@ -1,0 +1,115 @@
+"""The container runtime of a real node: containerd built from the Go module proxy, runc and the CNI
+plugins from the machine (Debian packages), and the images it runs (built here, see realnode.images).
+
+containerd 2.x is needed, not Debian's 1.6: the 1.37 kubelet uses the CRI `RuntimeConfig` call and
+DRA needs CDI, which containerd 1.x lacks. It is a plain `go install` of three commands (no replace
+directives), cached like the Kubernetes binaries in a directory named after the version.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import paths
+from harness.binaries import host_platform, manifest
+from harness.errors import BinariesError
+from harness.progress import Reporter
+
+CONTAINERD_VERSION = "2.4.2"
+CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
+CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
+# Storage drivers this node never uses; leaving them out avoids their C headers and kernel checks.
+CONTAINERD_TAGS = "no_btrfs no_devmapper no_zfs"
+PAUSE_BINARY = "pause"
+GROUP = "containerd"
+PAUSE_GROUP = "pause"
+
+RUNC_CANDIDATES = ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc")
+CNI_DIR_CANDIDATES = ("/usr/lib/cni", "/opt/cni/bin", "/usr/libexec/cni")
+CNI_PLUGINS = ("bridge", "host-local", "loopback")
+DEBIAN_PACKAGES = "runc containernetworking-plugins busybox-static"
+
+
+@dataclass(frozen=True)
+class NodeRuntime:
+    directory: Path  # containerd, containerd-shim-runc-v2, ctr, pause
+    runc: Path
+    cni_dir: Path
+    busybox: Path
+
+    def path(self, name: str) -> Path:
+        return self.directory / name
+
+
+def cache_dir(version: str = CONTAINERD_VERSION) -> Path:
+    os_name, arch = host_platform()
+    return paths.cache_root() / "binaries" / f"containerd-v{version}_{os_name}-{arch}"
+
+
+def find_runc() -> Path | None:
+    found = shutil.which("runc")
+    candidates = [found] if found else []
+    return next((Path(c) for c in [*candidates, *RUNC_CANDIDATES] if c and Path(c).is_file()), None)
+
+
+def find_cni_dir() -> Path | None:
+    for candidate in CNI_DIR_CANDIDATES:
+        if all((Path(candidate) / plugin).is_file() for plugin in CNI_PLUGINS):
+            return Path(candidate)
+    return None
+
+
+def host_tools_missing() -> list[str]:
+    """What the machine must provide (not built here), each with how to get it; empty when complete."""
+    from harness.backends.local.realnode.images import find_busybox
+
+    missing = []
+    if find_runc() is None:
+        missing.append("runc (the OCI runtime containerd starts containers with)")
+    if find_cni_dir() is None:
+        missing.append(f"CNI plugins {', '.join(CNI_PLUGINS)} (in one of {', '.join(CNI_DIR_CANDIDATES)})")
+    if find_busybox() is None:
+        missing.append("a statically linked busybox (the test image's shell)")
+    return missing
+
+
+def ensure(reporter: Reporter | None = None, version: str = CONTAINERD_VERSION) -> NodeRuntime:
+    """Build (once) and return the node runtime; host tools must already be installed."""
+    from harness.backends.local.realnode import images
+    from harness.binaries import gobuild
+
+    reporter = reporter or Reporter(quiet=True)
+    missing = host_tools_missing()
+    if missing:
+        raise BinariesError("a real node needs tools this machine lacks: " + "; ".join(missing),
+                            hint=f"on Debian/Ubuntu: apt-get install {DEBIAN_PACKAGES}")
+    target = cache_dir(version)
+    target.mkdir(parents=True, exist_ok=True)
+    with manifest.locked(target):
+        recorded = manifest.load(target)
+        if not manifest.group_ok(target, recorded, GROUP, version):
+            gobuild.require_go()
+            work = paths.cache_root() / "build" / f"containerd-v{version}"
+            work.mkdir(parents=True, exist_ok=True)
+            out = Path(tempfile.mkdtemp(dir=work, prefix="out-"))
+            try:
+                packages = [f"{CONTAINERD_MODULE}/cmd/{name}@v{version}" for name in CONTAINERD_BINARIES]
+                # The shim and containerd use cgo only for optional features; static pure-Go builds
+                # run anywhere.
+                gobuild.run_go_build(packages, ["-tags", CONTAINERD_TAGS, "-ldflags", "-s -w"], work, work, reporter,
+                                     f"compiling containerd v{version}", verb="install",
+                                     extra_env={"GOBIN": str(out)})
+                for name in CONTAINERD_BINARIES:
+                    manifest.install_file(out / name, target / name)
+            finally:
+                shutil.rmtree(out, ignore_errors=True)
+            recorded = manifest.record(target, recorded, GROUP, version, CONTAINERD_BINARIES, "build")
+        if not manifest.group_ok(target, recorded, PAUSE_GROUP, images.RECIPE):
+            with reporter.step("building the pause binary"):
+                built = images.build_pause(target / (PAUSE_BINARY + ".new"))
+                built.replace(target / PAUSE_BINARY)
+            recorded = manifest.record(target, recorded, PAUSE_GROUP, images.RECIPE, (PAUSE_BINARY,), "build")
+    return NodeRuntime(target, find_runc(), find_cni_dir(), images.find_busybox())
