@@ -41,6 +41,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dra-preset", default=None, help="feature-gate preset for a started cluster")
     group.addoption("--dra-feature-gates", default="", help="feature-gate overrides for a started cluster")
     group.addoption("--dra-binaries-dir", default=None, help="pre-built Kubernetes/etcd/KWOK binaries")
+    group.addoption("--dra-real-nodes", default=os.environ.get("DRA_HARNESS_REAL_NODES", "auto"),
+                    help="local backend: nodes run by a real kubelet + containerd (needs root): auto (default: one "
+                         "where this machine can host it, else none and kubelet tests skip with the reason), 0, 1")
     group.addoption("--dra-driver-config", default=None, metavar="VENDOR_YAML",
                     help="vendor mode: test this driver (kind VendorDriver) instead of the fake driver")
     group.addoption("--dra-maturity", choices=("ga", "beta", "alpha"), default="alpha",
@@ -87,7 +90,8 @@ def pytest_configure(config: pytest.Config) -> None:
         nodes=config.getoption("--dra-nodes"),
         preset=config.getoption("--dra-preset"),
         feature_gates=config.getoption("--dra-feature-gates"),
-        binaries_dir=config.getoption("--dra-binaries-dir"))
+        binaries_dir=config.getoption("--dra-binaries-dir"),
+        real_nodes=config.getoption("--dra-real-nodes"))
     vendor_file = config.getoption("--dra-driver-config")
     if vendor_file:
         from fake_devices.errors import InvalidInput
@@ -244,6 +248,47 @@ def unique_name(request: pytest.FixtureRequest, dra_run_id: str):
         return f"{prefix}-{dra_run_id[:5]}-{worker}-{digest}"
 
     return make
+
+
+@pytest.fixture
+def real_node(dra_cluster: ClusterInfo, k8s: Clients, dra_namespace: str):
+    """The run's node with a real kubelet (local backend), and the fake driver's kubelet plugins on it:
+    `real_node.run_for(fake)` starts one per driver name. At teardown the test's pods are deleted
+    first (the kubelet unprepares their claims through the plugins), then the plugins stop. Skips,
+    with the reason, where the cluster has no such node."""
+    if dra_cluster.backend != "local":
+        pytest.skip("real nodes belong to the local backend; on kind or your own cluster use a vendor config "
+                    "(--dra-driver-config) naming the driver your nodes run")
+    from harness.backends.local import state
+    from harness.backends.local.realnode.layout import records
+    from harness.backends.local.realnode.plugins import NodePlugins
+
+    cluster = state.load(dra_cluster.name)
+    nodes = records(cluster.data)
+    if not nodes:
+        pytest.skip(f"the cluster under test has no real node ({dra_cluster.real_nodes_reason or 'started without one'})")
+    handle = NodePlugins(cluster.directory, nodes[0], cluster.kubeconfig)
+    yield handle
+    try:
+        _delete_pods_and_wait(k8s, dra_namespace)
+    finally:
+        handle.close()
+
+
+def _delete_pods_and_wait(k8s: Clients, namespace: str, timeout: float = 90.0) -> None:
+    """Delete a namespace's pods gracefully (never forced: the kubelet must unprepare) and wait."""
+    from kubernetes.client.rest import ApiException
+
+    from harness import wait
+
+    for pod in k8s.core.list_namespaced_pod(namespace).items:
+        try:
+            k8s.core.delete_namespaced_pod(pod.metadata.name, namespace)
+        except ApiException as err:
+            if err.status != 404:  # already gone is fine
+                raise
+    wait.until(f"the pods of {namespace} to be gone", lambda: not k8s.core.list_namespaced_pod(namespace).items,
+               timeout, diagnostics=lambda: wait.describe_namespace(k8s, namespace))
 
 
 @pytest.fixture

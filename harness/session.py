@@ -14,6 +14,7 @@ roles. No cluster is started if no test asks for one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -36,6 +37,21 @@ class SessionOptions:
     preset: str | None = None
     feature_gates: str = ""
     binaries_dir: str | None = None
+    real_nodes: str = "auto"  # local backend: "auto" (1 where the machine can host one, else 0) or a count
+
+
+def resolve_real_nodes(value: str) -> tuple[int, str]:
+    """How many real nodes to start for `--dra-real-nodes value`, and why none when none."""
+    from harness.backends.local.realnode import preflight
+
+    if value != "auto":
+        try:
+            count = int(value)
+        except ValueError:
+            raise HarnessError(f"--dra-real-nodes {value!r}: not a number", hint="use auto, 0, 1, ...") from None
+        return count, "" if count else "--dra-real-nodes 0"
+    problems = preflight.problems()
+    return (0, "this machine cannot run a real node: " + "; ".join(problems)) if problems else (1, "")
 
 
 def new_shared_dir() -> Path:
@@ -60,7 +76,9 @@ def acquire_cluster(shared: Path, options: SessionOptions, run_id: str) -> Clust
             error_file.write_text(str(err) or type(err).__name__)
             raise
         info_file.write_text(json.dumps({"name": info.name, "backend": info.backend, "kubeconfig": str(info.kubeconfig),
-                                         "server": info.server, "metrics": info.metrics, "owned": owned}))
+                                         "server": info.server, "metrics": info.metrics, "owned": owned,
+                                         "directory": str(info.directory) if info.directory else None,
+                                         "realNodesReason": info.real_nodes_reason}))
         return info
 
 
@@ -106,10 +124,11 @@ def _start_or_attach(options: SessionOptions, run_id: str) -> tuple[ClusterInfo,
                                hint=f"run `dra-harness cluster down --name {options.cluster_name}`")
         return backend.info(options.cluster_name), False
     name = options.cluster_name or f"pytest-{run_id}"
+    real_nodes, reason = resolve_real_nodes(options.real_nodes)
     info = backend.up(UpOptions(name=name, nodes=options.nodes, preset=options.preset,
-                                feature_gates=options.feature_gates,
+                                feature_gates=options.feature_gates, real_nodes=real_nodes,
                                 binaries_dir=Path(options.binaries_dir) if options.binaries_dir else None))
-    return info, True
+    return dataclasses.replace(info, real_nodes_reason=reason), True
 
 
 def existing_cluster(kubeconfig: str) -> ClusterInfo:
@@ -127,4 +146,6 @@ def existing_cluster(kubeconfig: str) -> ClusterInfo:
 
 def _info_from_json(data: dict) -> ClusterInfo:
     return ClusterInfo(name=data["name"], backend=data["backend"], kubeconfig=Path(data["kubeconfig"]),
-                       server=data["server"], metrics=data.get("metrics", {}))
+                       server=data["server"], metrics=data.get("metrics", {}),
+                       directory=Path(data["directory"]) if data.get("directory") else None,
+                       real_nodes_reason=data.get("realNodesReason", ""))

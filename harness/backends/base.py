@@ -15,6 +15,7 @@ class ClusterInfo:
     server: str
     directory: Path | None = None
     metrics: dict[str, str] = field(default_factory=dict)  # component -> secure /metrics URL
+    real_nodes_reason: str = ""  # local backend: why the cluster has no real (kubelet) node, if it has none
 
 
 @dataclass(frozen=True)

@@ -67,3 +67,48 @@ def stop(cluster_dir: Path, node: RealNodeRecord, driver: str, kill: bool = Fals
             proc.kill()
         process.terminate([proc], 0.0 if kill else 5.0)
     (cluster_dir / "pids" / f"{name}.json").unlink(missing_ok=True)
+
+
+class NodePlugins:
+    """The kubelet plugins one user (a test, a CLI command) runs on a real node; `close()` stops them."""
+
+    def __init__(self, cluster_dir: Path, node: RealNodeRecord, kubeconfig: Path):
+        self.cluster_dir, self.node, self.kubeconfig = cluster_dir, node, kubeconfig
+        self._started: dict[str, tuple[str | None, str | None]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.node.dirs.cdi
+
+    def run(self, driver: str, instance: str | None = None, namespace: str | None = None) -> None:
+        start(self.cluster_dir, self.node, driver, self.kubeconfig, instance, namespace)
+        self._started[driver] = (instance, namespace)
+
+    def run_for(self, fake_driver) -> tuple[str, ...]:
+        """Run a plugin for every driver name of a fake_devices FakeDriver; returns the names."""
+        config = fake_driver.config
+        for driver in fake_driver.drivers.all():
+            self.run(driver, config.instance, config.namespace)
+        return tuple(fake_driver.drivers.all())
+
+    def stop(self, driver: str, kill: bool = False) -> None:
+        stop(self.cluster_dir, self.node, driver, kill=kill)
+
+    def restart(self, driver: str, kill: bool = True) -> None:
+        """Stop (by default: crash) and start the plugin again, as a driver upgrade or crash would."""
+        instance, namespace = self._started[driver]
+        self.stop(driver, kill=kill)
+        self.run(driver, instance, namespace)
+
+    def cdi_specs(self, driver: str | None = None) -> list[Path]:
+        prefix = f"{driver}-" if driver else ""
+        return sorted(p for p in self.cdi_dir.glob(f"{prefix}*.json"))
+
+    def close(self) -> None:
+        for driver in list(self._started):
+            self.stop(driver)
+        self._started.clear()

@@ -1,0 +1,200 @@
+"""The node half of DRA, on a node run by a real kubelet: plugin registration, NodePrepareResources
+and CDI injection into a real container, NodeUnprepareResources, device health in the pod's status,
+a driver restart, and the kubelet wiping a dead driver's slices.
+
+Each test runs the fake driver for its own driver names on the real node (`real_node` fixture): the
+control-plane half publishes the `tiny` profile there, the kubelet plugin (one process per driver
+name) registers with the kubelet and writes CDI specs that containerd injects.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from conformance import checks, objects
+from fake_devices import faults
+from harness import wait
+from harness.backends.local.realnode import images, kubelet
+from harness.k8s.client import Clients
+
+pytestmark = [pytest.mark.needs_kubelet, pytest.mark.fake_devices]
+
+FAULT_KEY = "dra-harness.x-k8s.io/fault"
+ENV_LINE = re.compile(r"^(DRA_[A-Z0-9_]+)=(.*)$")
+DONE = "--- env done ---"
+
+
+def shell_pod(name: str, node: str, claim_template: str, *, command: str | None = None) -> dict:
+    """A pod on the real node whose container prints its DRA_* environment, then waits."""
+    script = command or f"env | grep '^DRA_' | sort; echo '{DONE}'; exec sleep 3600"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                     "tolerations": [{"key": kubelet.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": claim_template}],
+                     "containers": [{"name": "main", "image": images.SHELL_IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["sh", "-c", script], "resources": {"claims": [{"name": "gpu"}]}}],
+                     "terminationGracePeriodSeconds": 1}}
+
+
+def printed_env(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> dict[str, str]:
+    """The DRA_* variables the container printed (waits for the line that ends the list)."""
+    def logs():
+        try:
+            text = k8s.core.read_namespaced_pod_log(pod, namespace, container="main") or ""
+        except ApiException as err:
+            if err.status == 400:  # the container has not started yet
+                return None
+            raise
+        return text if DONE in text else None
+
+    text = wait.until(f"pod {pod} to print its environment", logs, timeout,
+                      diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+    return dict(m.groups() for m in map(ENV_LINE.match, text.splitlines()) if m)
+
+
+def devices_in_env(env: dict[str, str]) -> set[tuple[str, str, str, str]]:
+    """(driver, pool, device, claim uid) of every device the CDI edits describe."""
+    prefixes = {key[:-len("_CLAIM_UID")] for key in env if key.endswith("_CLAIM_UID")}
+    return {(env[f"{p}_DRIVER"], env[f"{p}_POOL"], env[f"{p}_DEVICE"], env[f"{p}_CLAIM_UID"]) for p in prefixes}
+
+
+def claims_in_use(k8s: Clients, node: str, driver: str) -> float:
+    """The kubelet's own count of prepared claims of `driver` (metric dra_resource_claims_in_use)."""
+    text = k8s.get_raw(f"/api/v1/nodes/{node}/proxy/metrics")
+    for line in text.splitlines():
+        if line.startswith("dra_resource_claims_in_use{") and f'driver_name="{driver}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.fixture
+def node_driver(k8s: Clients, real_node, fake_driver, dra_namespace):
+    """The fake driver publishing `tiny` on the real node, with its kubelet plugins running there."""
+    fake = fake_driver({real_node.name: "tiny"})
+    real_node.run_for(fake)
+    gpu_class = f"{fake.config.instance}-gpu"
+    k8s.resource.create_namespaced_resource_claim_template(
+        dra_namespace, objects.claim_template("one-gpu", gpu_class))
+    return fake
+
+
+def _wait_gone(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> None:
+    wait.until(f"pod {pod} to be gone (the kubelet confirms only after unprepare)",
+               lambda: pod not in {p.metadata.name for p in k8s.core.list_namespaced_pod(namespace).items},
+               timeout, diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+
+
+@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
+def test_prepared_pod_sees_exactly_its_devices(k8s: Clients, dra_namespace, real_node, node_driver):
+    ns = dra_namespace
+    k8s.core.create_namespaced_pod(ns, shell_pod("sees", real_node.name, "one-gpu"))
+    checks.running(k8s, ns, "sees", timeout=90)
+    claim = checks.pod_claim(k8s, ns, "sees")
+    results = claim.status.allocation.devices.results
+    assert len(results) == 1
+    allocated = {(r.driver, r.pool, r.device, claim.metadata.uid) for r in results}
+
+    env = printed_env(k8s, ns, "sees")
+    # Exactly the allocated device: not another one, not one more.
+    assert devices_in_env(env) == allocated, env
+    prefix = next(k[:-len("_CLAIM_UID")] for k in env if k.endswith("_CLAIM_UID"))
+    assert env[f"{prefix}_CLAIM"] == f"{ns}/{claim.metadata.name}"
+    assert env[f"{prefix}_REQUEST"] == "gpu"
+    # The attributes the container sees are the ones published for that device.
+    device = checks.published_device(k8s, results[0].driver, results[0].pool, results[0].device)
+    assert env[f"{prefix}_ATTR_UUID"] == checks.attribute_value(device, "uuid")
+    assert env[f"{prefix}_ATTR_NUMA_NODE"] == str(checks.attribute_value(device, objects.NUMA_NODE))
+    # The kubelet prepared it through the plugin: one CDI spec, for this claim, and the kubelet's count.
+    specs = real_node.cdi_specs(results[0].driver)
+    assert len(specs) == 1 and claim.metadata.uid in specs[0].name
+    assert claims_in_use(k8s, real_node.name, results[0].driver) == 1
+
+
+@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
+def test_unprepare_cleans_up_when_the_pod_goes(k8s: Clients, dra_namespace, real_node, node_driver):
+    ns = dra_namespace
+    k8s.core.create_namespaced_pod(ns, shell_pod("goes", real_node.name, "one-gpu"))
+    printed_env(k8s, ns, "goes", timeout=90)
+    claim = checks.pod_claim(k8s, ns, "goes")
+    driver = claim.status.allocation.devices.results[0].driver
+    assert len(real_node.cdi_specs(driver)) == 1
+
+    k8s.core.delete_namespaced_pod("goes", ns)
+    _wait_gone(k8s, ns, "goes")
+    # NodeUnprepareResources ran: the CDI spec is gone and the kubelet counts no prepared claim.
+    assert real_node.cdi_specs(driver) == []
+    assert claims_in_use(k8s, real_node.name, driver) == 0
+    checks.claim_deleted(k8s, ns, claim.metadata.name)
+
+
+@pytest.mark.dra_feature("ResourceHealthStatus", maturity="beta")
+def test_device_health_reaches_allocated_resources_status(k8s: Clients, dra_namespace, real_node, fake_driver):
+    ns = dra_namespace
+    fake = fake_driver({real_node.name: "tiny"})
+    real_node.run_for(fake)
+    # The claim tolerates the fault's NoExecute taint: the pod stays and reports the device unhealthy.
+    gpu_request = objects.tolerating(objects.request(f"{fake.config.instance}-gpu"),
+                                     objects.device_toleration(FAULT_KEY, operator="Exists"))
+    k8s.resource.create_namespaced_resource_claim_template(
+        ns, objects.claim_template("tolerant", requests=[gpu_request]))
+    k8s.core.create_namespaced_pod(ns, shell_pod("health", real_node.name, "tolerant"))
+    checks.running(k8s, ns, "health", timeout=90)
+    claim = checks.pod_claim(k8s, ns, "health")
+    result = claim.status.allocation.devices.results[0]
+
+    def health_of_device():
+        statuses = k8s.core.read_namespaced_pod("health", ns).status.container_statuses or []
+        for entry in statuses[0].allocated_resources_status or [] if statuses else []:
+            if entry.name == "claim:gpu" or entry.name.startswith("claim:gpu/"):
+                return {r.health for r in entry.resources or []}
+        return set()
+
+    wait.until("the device to be reported Healthy", lambda: health_of_device() == {"Healthy"}, 60,
+               diagnostics=lambda: wait.describe_namespace(k8s, ns))
+    faults.set_fault(k8s.core, ns, fake.config.faults_configmap, real_node.name, result.device, "unhealthy")
+    wait.until("the device to be reported Unhealthy", lambda: health_of_device() == {"Unhealthy"}, 60,
+               diagnostics=lambda: wait.describe_namespace(k8s, ns))
+    assert k8s.core.read_namespaced_pod("health", ns).status.phase == "Running"  # tolerated: not evicted
+    faults.set_fault(k8s.core, ns, fake.config.faults_configmap, real_node.name, result.device, None)
+    wait.until("the device to be reported Healthy again", lambda: health_of_device() == {"Healthy"}, 60,
+               diagnostics=lambda: wait.describe_namespace(k8s, ns))
+
+
+@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
+def test_driver_restart_keeps_prepared_claims(k8s: Clients, dra_namespace, real_node, node_driver):
+    ns = dra_namespace
+    k8s.core.create_namespaced_pod(ns, shell_pod("survivor", real_node.name, "one-gpu"))
+    printed_env(k8s, ns, "survivor", timeout=90)
+    claim = checks.pod_claim(k8s, ns, "survivor")
+    driver = claim.status.allocation.devices.results[0].driver
+
+    real_node.restart(driver, kill=True)  # a crash: no clean shutdown, state only in the checkpoint
+    pod = k8s.core.read_namespaced_pod("survivor", ns)
+    assert pod.status.phase == "Running" and pod.status.container_statuses[0].restart_count == 0
+    assert len(real_node.cdi_specs(driver)) == 1
+    # The restarted plugin still knows the claim: unprepare succeeds and cleans up.
+    k8s.core.delete_namespaced_pod("survivor", ns)
+    _wait_gone(k8s, ns, "survivor")
+    assert real_node.cdi_specs(driver) == []
+
+
+@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
+def test_kubelet_wipes_slices_of_a_driver_that_is_gone(k8s: Clients, real_node, node_driver):
+    fake = node_driver
+    gpu, others = fake.drivers.gpu, [d for d in fake.drivers.all() if d != fake.drivers.gpu]
+
+    def slices(driver: str) -> list:
+        return k8s.resource.list_resource_slice(
+            field_selector=f"spec.driver={driver},spec.nodeName={real_node.name}").items
+
+    assert slices(gpu) and all(slices(d) for d in others)
+    # The control-plane half stops republishing; then the node half goes away for good.
+    fake.stop(delete_slices=False)
+    real_node.stop(gpu)
+    # The kubelet waits 30 s for the plugin to come back (defaultWipingDelay), then deletes its slices.
+    wait.until(f"the kubelet to delete the slices of {gpu} on {real_node.name}", lambda: not slices(gpu), 90)
+    # Drivers whose plugins still run keep theirs.
+    assert all(slices(d) for d in others)
