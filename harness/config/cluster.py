@@ -32,6 +32,8 @@ LABEL_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
                         r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 MAX_NODES = 5000
+KUBELET_KINDS = ("simulated", "real")
+MAX_REAL_NODES = 4
 EXTENDED_RESOURCE = re.compile(r"^(?!kubernetes\.io/)(?!requests\.)[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
@@ -41,6 +43,7 @@ class NodePool:
     count: int
     profile: profiles.Profile | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    kubelet: str = "simulated"  # "simulated": KWOK nodes; "real": a kubelet + containerd on this machine each
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,12 @@ def parse(data, source: str) -> ClusterDefinition:
         pool_name = pool.str("name", required=True, pattern=DNS_LABEL, allowed="a DNS label")
         count = pool.int("count", required=True, minimum=0, maximum=MAX_NODES)
         profile_name = pool.str("profile")
+        kubelet = pool.str("kubelet", default="simulated")
+        if kubelet not in KUBELET_KINDS:
+            pool.fail(pool.at("kubelet"), f"unknown kubelet kind {kubelet!r}", ", ".join(KUBELET_KINDS))
+        elif kubelet == "real" and (count or 0) > MAX_REAL_NODES:
+            pool.fail(pool.at("count"), f"{count} real nodes", f"at most {MAX_REAL_NODES} (each runs a kubelet "
+                                                               "and containerd on this machine)")
         labels = {}
         for key, value in pool.raw_mapping("labels").items():
             key, value = str(key), "" if value is None else str(value)
@@ -163,7 +172,7 @@ def parse(data, source: str) -> ClusterDefinition:
             seen.add(pool_name)
         total += count or 0
         if pool_name is not None and count is not None:
-            pools.append(NodePool(pool_name, count, loaded, labels))
+            pools.append(NodePool(pool_name, count, loaded, labels, kubelet if kubelet in KUBELET_KINDS else "simulated"))
     if total > MAX_NODES:
         spec.fail(spec.at("nodePools"), f"{total} nodes in all", f"at most {MAX_NODES}")
     spec.done()

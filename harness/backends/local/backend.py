@@ -58,7 +58,16 @@ def known_gates(binset: binaries_mod.BinarySet) -> set[str]:
 
 
 def realnode_specs(options: UpOptions) -> list[realnode.RealNodeSpec]:
-    return realnode.default_specs(options.real_nodes)
+    """Real nodes of the definition's `kubelet: real` pools (named `<pool>-<i>`), then --real-nodes ones."""
+    from fake_devices.config import PROFILE_LABEL
+
+    specs = []
+    for pool in (options.definition.pools if options.definition else ()):
+        if pool.kubelet == "real":
+            labels = {**pool.labels, **({PROFILE_LABEL: pool.profile.name} if pool.profile else {})}
+            specs += [realnode.RealNodeSpec(f"{pool.name}-{i}", pool=pool.name, labels=labels)
+                      for i in range(pool.count)]
+    return specs + realnode.default_specs(options.real_nodes)
 
 
 class LocalBackend(Backend):
@@ -171,6 +180,22 @@ class LocalBackend(Backend):
                     (cluster.directory / rel).write_text(content)
                 running = process.start(driver.name, driver.argv, cluster.directory, driver.env)
                 self._wait_healthy([(driver, running)], tls, timeout=options.node_timeout)
+            self._start_node_plugins(cluster, options.definition, real_specs)
+
+    def _start_node_plugins(self, cluster: state.ClusterState, definition, real_specs) -> None:
+        """The kubelet plugins of the definition's driver on every real node that has a profile."""
+        from fake_devices.config import PROFILE_LABEL
+        from fake_devices.render import Drivers
+        from harness.backends.local.realnode import plugins
+        from harness.backends.local.realnode.layout import records
+
+        profiled = {s.name for s in real_specs if PROFILE_LABEL in s.labels}
+        for record in records(cluster.data):
+            if record.name in profiled:
+                with self.reporter.step(f"{record.name}: starting the kubelet plugins of {definition.driver.domain}"):
+                    for driver in Drivers(definition.driver.domain).all():
+                        plugins.start(cluster.directory, record, driver, cluster.kubeconfig,
+                                      definition.driver.instance)
 
     def _wait_healthy(self, running, tls, timeout: float = START_TIMEOUT) -> None:
         pending = {component.name: (component, proc) for component, proc in running}

@@ -72,6 +72,8 @@ def from_definition(definition) -> list[NodeSpec]:
 
     specs = []
     for pool in definition.pools:
+        if pool.kubelet == "real":
+            continue  # started by realnode, not as KWOK nodes
         extra = dict(pool.labels)
         cpu, memory = "64", "512Gi"
         if pool.profile:
