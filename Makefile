@@ -6,7 +6,9 @@ BIN := $(VENV)/bin
 REPORT_DIR ?= reports
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test unit install binaries wirecompat clean
+.PHONY: run test unit install binaries node-tools wirecompat clean
+# Debian packages a real node (docs/real-node.md) takes from the machine; the rest is built here.
+NODE_PACKAGES := runc containernetworking-plugins busybox-static
 
 # Main job: local real 1.37 control plane + KWOK nodes, conformance suite, report, stop.
 run: install binaries
@@ -27,8 +29,23 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-binaries: install
-	$(BIN)/dra-harness binaries install
+# As root, also the real node's runtime (containerd from the Go module proxy, the pause binary).
+binaries: install node-tools
+	$(BIN)/dra-harness binaries install $$( [ "$$(id -u)" = 0 ] && echo --node-runtime )
+
+# runc, CNI plugins and a static busybox for the real node: installed with apt-get when running as
+# root on Debian/Ubuntu; elsewhere the kubelet tests skip and say why.
+node-tools:
+	@if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "note: not root or no apt-get: no real node, the kubelet tests will skip (docs/real-node.md)"; \
+	else \
+	  missing=""; for p in $(NODE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null; }; \
+	  fi; \
+	fi
 
 # The Go client of the kubelet-plugin wire tests (tests/wirecompat), built once into the cache.
 wirecompat: install

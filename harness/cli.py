@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--source", choices=binaries.SOURCES, default="auto",
                          help="build from the Go module proxy, download official releases, or pick (default)")
     install.add_argument("--force", action="store_true", help="provide them again even if the cache verifies")
+    install.add_argument("--node-runtime", action="store_true",
+                         help="also build what a real node runs: containerd and the pause binary (needs runc, CNI "
+                              "plugins and a static busybox on the machine; see docs/real-node.md)")
     where = bins_sub.add_parser("path", help="print the cache directory of verified binaries")
     _add_version_flags(where)
 
@@ -198,6 +201,10 @@ def _dispatch(args, reporter: Reporter, out) -> int:
     if args.command == "binaries":
         if args.action == "install":
             binset = binaries.ensure(_versions(args), source=args.source, reporter=reporter, force=args.force)
+            if args.node_runtime:
+                from harness.binaries import noderuntime
+
+                print(noderuntime.ensure(reporter).directory, file=out)
         else:
             binset = binaries.locate(_versions(args))
         print(binset.directory, file=out)
