@@ -27,7 +27,7 @@ def hierarchies(root: Path = CGROUP_ROOT) -> list[Path]:
                 fields = line.split()
                 fstype = fields[fields.index("-") + 1]
                 mount_point = Path(fields[4])
-                if fstype in ("cgroup", "cgroup2") and str(mount_point).startswith(str(root)):
+                if fstype in ("cgroup", "cgroup2") and (mount_point == root or root in mount_point.parents):
                     found.append(mount_point)
     except (OSError, ValueError, IndexError):
         return []

@@ -20,8 +20,9 @@ NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin uses
 
 
 def _s(value) -> str:
-    """A TOML basic string or array of them (JSON's string syntax is valid TOML)."""
-    return json.dumps(value)
+    """A TOML basic string or array of them (JSON's string syntax is valid TOML once non-ASCII
+    characters are written as themselves: JSON's surrogate-pair escapes are not TOML)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def config_toml(dirs: NodeDirs, runtime: NodeRuntime, sandbox_image: str) -> str:

@@ -104,7 +104,8 @@ def _restore_iptables(binary: str, before: dict[str, list[str]]) -> list[str]:
     for table, lines in iptables_rules(binary).items():
         known = set(before.get(table, []))
         added_rules = [line for line in lines if line.startswith("-A ") and line not in known]
-        added_chains = [line[1:].split()[0] for line in lines if line.startswith(":") and line not in known
+        # User chains are declared with policy "-"; built-in ones (INPUT, ...) are never ours to delete.
+        added_chains = [line[1:].split()[0] for line in lines if line.startswith(":") and line.split()[1] == "-"
                         and not any(k.startswith(":" + line[1:].split()[0] + " ") for k in known)]
         for rule in reversed(added_rules):
             args = shlex.split(rule)[1:]

@@ -9,6 +9,7 @@ the bridge, the cgroups and the directory. The machine-wide settings are restore
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -29,7 +30,8 @@ def mounts_under(directory: Path) -> list[Path]:
     try:
         with open("/proc/self/mountinfo") as handle:
             for line in handle:
-                point = line.split()[4].replace("\\040", " ")
+                # mountinfo escapes space, tab, newline and backslash as \ooo octal
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4])
                 if point == prefix or point.startswith(prefix + "/"):
                     found.append(Path(point))
     except OSError:

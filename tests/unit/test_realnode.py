@@ -1,0 +1,970 @@
+"""The real node of the local backend (harness/backends/local/realnode/) and its runtime
+(harness/binaries/noderuntime.py), as pure data and logic: no root, no processes, no machine changes.
+
+Everything that would touch the machine (/proc, `ip`, `iptables`, cgroupfs) is replaced by tmp files
+or recorded calls, so these tests check exactly what would be done, not that it can be done here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from harness import paths
+from harness.backends.local.realnode import (cgroups, containerd, host, images, kubelet, layout, network, node,
+                                             plugins, preflight, teardown)
+from harness.backends.local.realnode.layout import NodeDirs, RealNodeRecord
+from harness.binaries import noderuntime
+from harness.binaries.noderuntime import NodeRuntime
+from harness.errors import BinariesError, HarnessError
+
+NODE_ID = "0123abcd"
+
+
+def _record(directory: Path | str) -> RealNodeRecord:
+    return RealNodeRecord(name="real-node-0", id=NODE_ID, directory=str(directory), bridge="drh-0123abcd",
+                          subnet="10.202.41.0/24", address="10.202.41.1", kubelet_port=20001, healthz_port=20002)
+
+
+def _runtime(tmp_path: Path) -> NodeRuntime:
+    return NodeRuntime(directory=tmp_path / "runtime", runc=Path("/usr/sbin/runc"), cni_dir=Path("/usr/lib/cni"),
+                       busybox=Path("/bin/busybox"))
+
+
+def _completed(argv, returncode=0, stdout="", stderr=""):
+    return subprocess.CompletedProcess(argv, returncode, stdout=stdout, stderr=stderr)
+
+
+def _fake_open(monkeypatch, module, fake_path: Path, real="/proc/self/mountinfo"):
+    """Make `module` read `fake_path` where it opens `real` (the builtin open stays untouched elsewhere)."""
+    import builtins
+
+    def fake(path, *args, **kwargs):
+        return builtins.open(fake_path if str(path) == real else path, *args, **kwargs)
+
+    monkeypatch.setattr(module, "open", fake, raising=False)
+
+
+# --- network ------------------------------------------------------------------------------------
+
+
+def test_choose_subnet_is_a_stable_slash_24_of_the_pool():
+    first = network.choose_subnet(NODE_ID, [])
+    assert first.prefixlen == 24
+    assert first.subnet_of(network.SUBNET_POOL)
+    assert network.choose_subnet(NODE_ID, []) == first
+    assert network.choose_subnet("deadbeef", []) != first  # different nodes spread over the pool
+
+
+def test_choose_subnet_skips_used_networks():
+    first = network.choose_subnet(NODE_ID, [])
+    second = network.choose_subnet(NODE_ID, [first])
+    assert second != first
+    assert not second.overlaps(first)
+    assert second == ipaddress.ip_network(f"{first.network_address + 256}/24")  # the next candidate
+    # A single address routed inside the first candidate is just as much in the way.
+    host_route = ipaddress.ip_network(f"{first.network_address + 7}/32")
+    assert network.choose_subnet(NODE_ID, [host_route]) == second
+
+
+def test_choose_subnet_wraps_around_the_pool():
+    first = network.choose_subnet(NODE_ID, [])
+    rest = list(ipaddress.summarize_address_range(first.network_address, network.SUBNET_POOL.broadcast_address))
+    assert network.choose_subnet(NODE_ID, rest) == ipaddress.ip_network("10.200.0.0/24")
+
+
+def test_choose_subnet_ignores_default_routes():
+    """0.0.0.0/0 overlaps everything; a default route must not make the pool look full."""
+    assert network.choose_subnet(NODE_ID, [ipaddress.ip_network("0.0.0.0/0")]) == network.choose_subnet(NODE_ID, [])
+
+
+@pytest.mark.parametrize("used", ["10.200.0.0/14", "10.0.0.0/8"])
+def test_choose_subnet_fails_when_the_pool_is_used(used):
+    with pytest.raises(HarnessError, match=r"no free /24 left in 10\.200\.0\.0/14"):
+        network.choose_subnet(NODE_ID, [ipaddress.ip_network(used)])
+
+
+def test_bridge_name_fits_an_interface_name():
+    assert network.bridge_name(NODE_ID) == "drh-0123abcd"
+    long = network.bridge_name("0123456789abcdef")
+    assert long == "drh-0123456789a" and len(long) == 15
+    assert network.bridge_name(NODE_ID).startswith("drh-")
+
+
+def test_gateway_is_the_first_host():
+    assert network.gateway(ipaddress.ip_network("10.202.41.0/24")) == "10.202.41.1"
+
+
+def test_cni_conflist(tmp_path):
+    """Bridge without masquerade (pod traffic never leaves the machine), host-local IPAM under the node dir."""
+    subnet = ipaddress.ip_network("10.202.41.0/24")
+    config = json.loads(network.cni_conflist("dra-harness-x", "drh-x", subnet, tmp_path / "ipam"))
+    assert config["cniVersion"] == "1.0.0"
+    assert config["name"] == "dra-harness-x"
+    bridge, loopback = config["plugins"]
+    assert loopback == {"type": "loopback"}
+    assert bridge["type"] == "bridge"
+    assert bridge["bridge"] == "drh-x"
+    assert bridge["ipMasq"] is False
+    assert bridge["isGateway"] is True
+    assert bridge["ipam"] == {"type": "host-local", "dataDir": str(tmp_path / "ipam"),
+                              "ranges": [[{"subnet": "10.202.41.0/24", "gateway": "10.202.41.1"}]],
+                              "routes": [{"dst": "10.202.41.0/24"}]}
+
+
+def test_used_networks_reads_routes_and_addresses(monkeypatch):
+    routes = [{"dst": "default", "gateway": "192.168.1.1"}, {"dst": "10.0.0.0/8"}, {"dst": "192.168.1.5"},
+              {"type": "local", "dst": "127.0.0.0/8", "table": "local"}, {"dst": ""}, {"dst": "not-an-ip"}]
+    addrs = [{}, {"ifname": "eth0", "addr_info": [{"local": "192.168.1.5", "prefixlen": 24}]}]
+    calls = []
+
+    def ip(*args, check=True):
+        calls.append(args)
+        return _completed(["ip", *args], stdout=json.dumps(routes if "route" in args else addrs))
+
+    monkeypatch.setattr(network, "_ip", ip)
+    assert network.used_networks() == [ipaddress.ip_network(n) for n in
+                                       ("10.0.0.0/8", "192.168.1.5/32", "127.0.0.0/8", "192.168.1.0/24")]
+    assert calls == [("-4", "-j", "route", "show", "table", "all"), ("-4", "-j", "addr")]
+
+
+def test_used_networks_survives_a_failing_ip(monkeypatch):
+    def ip(*args, check=True):
+        raise HarnessError("`ip` failed")
+
+    monkeypatch.setattr(network, "_ip", ip)
+    assert network.used_networks() == []
+
+
+def test_create_bridge_commands(monkeypatch):
+    calls = []
+
+    def run(argv, **kwargs):
+        calls.append(argv[1:])
+        return _completed(argv, returncode=1 if argv[1:3] == ["link", "show"] else 0)
+
+    monkeypatch.setattr(network.subprocess, "run", run)
+    network.create_bridge("drh-x", ipaddress.ip_network("10.202.41.0/24"))
+    assert calls == [["link", "show", "drh-x"], ["link", "add", "drh-x", "type", "bridge"],
+                     ["addr", "replace", "10.202.41.1/24", "dev", "drh-x"], ["link", "set", "drh-x", "up"]]
+
+
+def test_delete_bridge_reports_failure(monkeypatch):
+    def run(argv, **kwargs):
+        return _completed(argv, returncode=0 if argv[1:3] == ["link", "show"] else 2, stderr="busy\n")
+
+    monkeypatch.setattr(network.subprocess, "run", run)
+    assert network.delete_bridge("drh-x") == ["bridge drh-x: busy"]
+    monkeypatch.setattr(network.subprocess, "run", lambda argv, **kw: _completed(argv, returncode=1))
+    assert network.delete_bridge("drh-x") == []  # already gone
+
+
+def test_veths_on(monkeypatch):
+    monkeypatch.setattr(network.subprocess, "run", lambda argv, **kw: _completed(
+        argv, stdout='[{"ifname": "veth1"}, {"ifname": "veth2"}]'))
+    assert network.veths_on("drh-x") == ["veth1", "veth2"]
+    monkeypatch.setattr(network.subprocess, "run", lambda argv, **kw: _completed(argv, stdout="garbage"))
+    assert network.veths_on("drh-x") == []
+
+
+# --- host: iptables -----------------------------------------------------------------------------
+
+
+BASELINE_FILTER = [":INPUT ACCEPT [5:100]", ":FORWARD DROP [0:0]", ":OUTPUT ACCEPT [9:900]", ":DOCKER - [0:0]",
+                   "-A INPUT -i lo -j ACCEPT", "-A FORWARD -j DOCKER"]
+AFTER_FILTER = [":INPUT ACCEPT [0:0]", ":FORWARD DROP [3:30]", ":OUTPUT ACCEPT [12:1200]", ":DOCKER - [0:0]",
+                ":KUBE-FIREWALL - [0:0]", "-A INPUT -i lo -j ACCEPT", "-A INPUT -j KUBE-FIREWALL",
+                "-A FORWARD -j DOCKER"]
+
+
+@pytest.fixture
+def iptables(monkeypatch):
+    """`iptables` found at /sbin/iptables, its rules after the node given by the test, every call recorded."""
+    state = SimpleNamespace(after={"filter": AFTER_FILTER}, calls=[], fail=set())
+
+    def run(argv, **kwargs):
+        state.calls.append(argv)
+        failed = any(action in argv for action in state.fail)
+        return _completed(argv, returncode=1 if failed else 0, stderr="Chain is in use\n" if failed else "")
+
+    monkeypatch.setattr(host, "iptables_rules", lambda binary: state.after)
+    monkeypatch.setattr(host.shutil, "which", lambda name: f"/sbin/{name}")
+    monkeypatch.setattr(host.subprocess, "run", run)
+    return state
+
+
+def test_restore_iptables_removes_only_what_was_added(iptables):
+    """Changed counters are not a new chain: INPUT/FORWARD/OUTPUT stay; the kubelet's rule and chain go."""
+    assert host._restore_iptables("iptables", {"filter": BASELINE_FILTER}) == []
+    assert iptables.calls == [["/sbin/iptables", "-w", "-t", "filter", "-D", "INPUT", "-j", "KUBE-FIREWALL"],
+                              ["/sbin/iptables", "-w", "-t", "filter", "-F", "KUBE-FIREWALL"],
+                              ["/sbin/iptables", "-w", "-t", "filter", "-X", "KUBE-FIREWALL"]]
+
+
+def test_restore_iptables_deletes_rules_last_added_first(iptables):
+    iptables.after = {"nat": [":POSTROUTING ACCEPT [0:0]", ":KUBE-POSTROUTING - [0:0]",
+                              '-A POSTROUTING -m comment --comment "kubernetes postrouting" -j KUBE-POSTROUTING',
+                              "-A KUBE-POSTROUTING -j RETURN"]}
+    assert host._restore_iptables("ip6tables", {"nat": [":POSTROUTING ACCEPT [7:7]"]}) == []
+    assert iptables.calls == [
+        ["/sbin/ip6tables", "-w", "-t", "nat", "-D", "KUBE-POSTROUTING", "-j", "RETURN"],
+        ["/sbin/ip6tables", "-w", "-t", "nat", "-D", "POSTROUTING", "-m", "comment", "--comment",
+         "kubernetes postrouting", "-j", "KUBE-POSTROUTING"],
+        ["/sbin/ip6tables", "-w", "-t", "nat", "-F", "KUBE-POSTROUTING"],
+        ["/sbin/ip6tables", "-w", "-t", "nat", "-X", "KUBE-POSTROUTING"]]
+
+
+def test_restore_iptables_reports_failures(iptables):
+    """A chain that cannot be flushed is not deleted, and both failures are reported."""
+    iptables.fail = {"-D", "-F"}
+    assert host._restore_iptables("iptables", {"filter": BASELINE_FILTER}) == [
+        "iptables -t filter: cannot delete '-A INPUT -j KUBE-FIREWALL': Chain is in use",
+        "iptables -t filter -F KUBE-FIREWALL: Chain is in use"]
+    assert [c[4:] for c in iptables.calls] == [["-D", "INPUT", "-j", "KUBE-FIREWALL"], ["-F", "KUBE-FIREWALL"]]
+
+
+def test_restore_iptables_without_iptables(iptables, monkeypatch):
+    monkeypatch.setattr(host.shutil, "which", lambda name: None)
+    assert host._restore_iptables("iptables", {}) == []
+    assert iptables.calls == []
+
+
+def test_iptables_rules_keeps_chains_and_rules(monkeypatch):
+    calls = []
+    save = "# Generated by iptables-save\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j X\nCOMMIT\n# Completed\n"
+
+    def run(argv, **kwargs):
+        calls.append(argv)
+        return _completed(argv, returncode=1 if argv[-1] == "raw" else 0, stdout=save)
+
+    monkeypatch.setattr(host.shutil, "which", lambda name: f"/sbin/{name}")
+    monkeypatch.setattr(host.subprocess, "run", run)
+    assert host.iptables_rules("iptables") == {t: [":INPUT ACCEPT [0:0]", "-A INPUT -j X"]
+                                               for t in ("filter", "nat", "mangle")}
+    assert calls == [["/sbin/iptables-save", "-t", t] for t in host.TABLES]
+    monkeypatch.setattr(host.shutil, "which", lambda name: None)
+    assert host.iptables_rules("iptables") == {}
+
+
+# --- host: sysctls, runtime dirs ------------------------------------------------------------------
+
+
+def test_write_sysctls_writes_only_changed_values(tmp_path, monkeypatch):
+    files = {"vm.overcommit_memory": tmp_path / "overcommit", "kernel.panic": tmp_path / "panic",
+             "kernel.panic_on_oops": tmp_path / "missing" / "oops", "vm.panic_on_oom": tmp_path}
+    files["vm.overcommit_memory"].write_text("1\n")
+    files["kernel.panic"].write_text("0   \n")  # equal after strip: must stay byte for byte as it is
+    monkeypatch.setattr(host, "sysctl_path", lambda name: files[name])
+    failed = host.write_sysctls({"vm.overcommit_memory": "0", "kernel.panic": "0", "kernel.panic_on_oops": "1",
+                                 "vm.panic_on_oom": "0"})
+    assert files["vm.overcommit_memory"].read_text() == "0\n"
+    assert files["kernel.panic"].read_text() == "0   \n"
+    assert failed == ["sysctl kernel.panic_on_oops=1: No such file or directory",
+                      "sysctl vm.panic_on_oom=0: Is a directory"]
+
+
+def test_read_sysctls_skips_what_the_kernel_lacks(tmp_path, monkeypatch):
+    (tmp_path / "kernel.panic").write_text("10\n")
+    (tmp_path / "net.ipv4.ip_forward").write_text("1\n")
+    monkeypatch.setattr(host, "sysctl_path", lambda name: tmp_path / name)
+    assert host.read_sysctls() == {"kernel.panic": "10", "net.ipv4.ip_forward": "1"}
+
+
+def test_sysctl_path():
+    assert host.sysctl_path("net.ipv4.ip_forward") == Path("/proc/sys/net/ipv4/ip_forward")
+
+
+def test_snapshot(tmp_path, monkeypatch):
+    existing, absent = tmp_path / "run-containerd", tmp_path / "run-containerd-s"
+    existing.mkdir()
+    monkeypatch.setattr(host, "RUNTIME_DIRS", (absent, existing))
+    monkeypatch.setattr(host, "read_sysctls", lambda: {"kernel.panic": "0"})
+    monkeypatch.setattr(host, "iptables_rules", lambda binary: {"filter": [f":{binary} - [0:0]"]})
+    assert host.snapshot() == {"sysctls": {"kernel.panic": "0"},
+                               "iptables": {"iptables": {"filter": [":iptables - [0:0]"]},
+                                            "ip6tables": {"filter": [":ip6tables - [0:0]"]}},
+                               "runtimeDirs": [str(existing)]}
+
+
+def test_restore_removes_only_empty_runtime_dirs_it_made(tmp_path, monkeypatch):
+    inner, outer, kept = tmp_path / "containerd" / "s", tmp_path / "containerd", tmp_path / "kept"
+    inner.mkdir(parents=True)
+    kept.mkdir()
+    monkeypatch.setattr(host, "RUNTIME_DIRS", (inner, outer, kept))
+    monkeypatch.setattr(host, "write_sysctls", lambda values: [f"sysctl {n}" for n in values])
+    monkeypatch.setattr(host, "_restore_iptables", lambda binary, tables: [f"{binary}: {sorted(tables)}"])
+    baseline = {"sysctls": {"kernel.panic": "0"}, "iptables": {"iptables": {"filter": []}},
+                "runtimeDirs": [str(kept)]}
+    assert host.restore(baseline) == ["sysctl kernel.panic", "iptables: ['filter']"]
+    assert not outer.exists()
+    assert kept.is_dir()
+
+
+def test_restore_reports_a_runtime_dir_that_is_not_empty(tmp_path, monkeypatch):
+    inner, outer = tmp_path / "containerd" / "s", tmp_path / "containerd"
+    inner.mkdir(parents=True)
+    (inner / "shim.sock").write_text("")
+    monkeypatch.setattr(host, "RUNTIME_DIRS", (inner, outer))
+    assert host.restore({}) == [f"{inner} is not empty", f"{outer} is not empty"]
+
+
+# --- host: acquire / release ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """host's record under tmp_path; snapshot() counts, restore() records what it is given."""
+    monkeypatch.setenv(paths.STATE_ENV, str(tmp_path / "state"))
+    state = SimpleNamespace(snapshots=0, restored=[])
+
+    def snapshot():
+        state.snapshots += 1
+        return {"sysctls": {"kernel.panic": str(state.snapshots)}}
+
+    def restore(baseline):
+        state.restored.append(baseline)
+        return []
+
+    monkeypatch.setattr(host, "snapshot", snapshot)
+    monkeypatch.setattr(host, "restore", restore)
+    state.record = lambda: json.loads((tmp_path / "state" / "real-node-host.json").read_text())
+    state.record_file = tmp_path / "state" / "real-node-host.json"
+    return state
+
+
+def _cluster_dirs(*names: str) -> None:
+    for name in names:
+        (paths.clusters_dir() / name).mkdir(parents=True)
+
+
+def test_first_user_records_the_baseline_last_restores_it(machine):
+    _cluster_dirs("a", "b")
+    first = host.acquire("a")
+    assert first == {"sysctls": {"kernel.panic": "1"}}
+    assert host.acquire("b") == first  # the machine already carries a's changes: keep the first baseline
+    assert machine.snapshots == 1
+    assert machine.record() == {"baseline": first, "users": ["a", "b"]}
+    assert host.baseline() == first
+
+    assert host.release("a") == []
+    assert machine.restored == []
+    assert machine.record() == {"baseline": first, "users": ["b"]}
+
+    assert host.release("b") == []
+    assert machine.restored == [first]
+    assert not machine.record_file.exists()
+    assert host.baseline() == {}
+
+
+def test_acquire_twice_by_one_cluster_is_one_user(machine):
+    _cluster_dirs("a")
+    host.acquire("a")
+    host.acquire("a")
+    assert machine.record()["users"] == ["a"]
+    host.release("a")
+    assert len(machine.restored) == 1
+
+
+def test_a_user_whose_cluster_is_gone_does_not_count(machine):
+    """A killed run left its name behind: the remaining cluster is the last user and restores."""
+    _cluster_dirs("a", "ghost")
+    baseline = host.acquire("ghost")
+    host.acquire("a")
+    (paths.clusters_dir() / "ghost").rmdir()
+    assert host.release("a") == []
+    assert machine.restored == [baseline]
+
+
+def test_baseline_left_by_killed_users_is_kept(machine):
+    """The machine still carries the dead users' changes: a new snapshot would record them as the truth."""
+    _cluster_dirs("b")
+    old = {"sysctls": {"kernel.panic": "0"}}
+    machine.record_file.parent.mkdir(parents=True, exist_ok=True)
+    machine.record_file.write_text(json.dumps({"baseline": old, "users": ["ghost"]}))
+    assert host.acquire("b") == old
+    assert machine.snapshots == 0
+    assert machine.record() == {"baseline": old, "users": ["b"]}
+
+
+def test_release_without_a_record_restores_nothing(machine):
+    assert host.release("a") == []
+    assert machine.restored == []
+
+
+def test_release_returns_what_restore_could_not_do(machine, monkeypatch):
+    _cluster_dirs("a")
+    host.acquire("a")
+    monkeypatch.setattr(host, "restore", lambda baseline: ["sysctl kernel.panic=1: Permission denied"])
+    assert host.release("a") == ["sysctl kernel.panic=1: Permission denied"]
+    assert not machine.record_file.exists()
+
+
+# --- cgroups --------------------------------------------------------------------------------------
+
+
+V2 = """\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate
+"""
+HYBRID = """\
+25 23 0:22 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+27 25 0:24 / /sys/fs/cgroup/systemd rw,nosuid shared:11 - cgroup cgroup rw,xattr,name=systemd
+31 25 0:28 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,memory
+32 25 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:16 - cgroup cgroup rw,cpu,cpuacct
+"""
+V1 = """\
+25 23 0:22 / /sys/fs/cgroup rw,nosuid,nodev,noexec - tmpfs tmpfs rw,mode=755
+31 25 0:28 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory
+32 25 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpu,cpuacct
+40 1 0:40 / /srv/container/sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+"""
+NONE = """\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+23 27 0:22 / /sys rw,relatime - sysfs sysfs rw
+"""
+
+
+@pytest.mark.parametrize("mountinfo, expected_layout, expected_mounts", [
+    (V2, "v2", ["/sys/fs/cgroup"]),
+    (HYBRID, "hybrid", ["/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/systemd",
+                        "/sys/fs/cgroup/unified"]),
+    (V1, "v1", ["/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/memory"]),
+    (NONE, "none", []),
+    ("", "none", []),
+], ids=["v2", "hybrid", "v1", "none", "empty"])
+def test_cgroup_layout(tmp_path, monkeypatch, mountinfo, expected_layout, expected_mounts):
+    """Only cgroup mounts below /sys/fs/cgroup count (not the tmpfs above them, not another root's)."""
+    (tmp_path / "mountinfo").write_text(mountinfo)
+    _fake_open(monkeypatch, cgroups, tmp_path / "mountinfo")
+    assert cgroups.hierarchies() == [Path(m) for m in expected_mounts]
+    assert cgroups.layout() == expected_layout
+
+
+def test_cgroup_layout_without_mountinfo(tmp_path, monkeypatch):
+    _fake_open(monkeypatch, cgroups, tmp_path / "absent")
+    assert cgroups.hierarchies() == []
+    assert cgroups.layout() == "none"
+
+
+def test_cgroup_parent_name():
+    assert cgroups.parent_name(NODE_ID) == "dra-harness-0123abcd"
+
+
+def test_cgroup_create_v1_copies_cpuset(tmp_path, monkeypatch):
+    """A new v1 cpuset cgroup has no CPUs: it gets its parent's, or no task could run in it."""
+    cpuset, memory = tmp_path / "cpuset", tmp_path / "memory"
+    for mount in (cpuset, memory):
+        (mount / "dra-harness-0123abcd").mkdir(parents=True)
+    (cpuset / "cpuset.cpus").write_text("0-7\n")
+    (cpuset / "cpuset.mems").write_text("0\n")
+    (cpuset / "dra-harness-0123abcd" / "cpuset.cpus").write_text("\n")
+    (cpuset / "dra-harness-0123abcd" / "cpuset.mems").write_text("")
+    monkeypatch.setattr(cgroups, "hierarchies", lambda root=cgroups.CGROUP_ROOT: [cpuset, memory])
+    assert cgroups.create(NODE_ID) == [cpuset / "dra-harness-0123abcd", memory / "dra-harness-0123abcd"]
+    assert (cpuset / "dra-harness-0123abcd" / "cpuset.cpus").read_text() == "0-7\n"
+    assert (cpuset / "dra-harness-0123abcd" / "cpuset.mems").read_text() == "0\n"
+    assert list((memory / "dra-harness-0123abcd").iterdir()) == []  # no cpuset files there: nothing written
+
+
+def test_cgroup_create_v2_delegates_controllers(tmp_path, monkeypatch):
+    root = tmp_path / "cgroup"
+    (root / "dra-harness-0123abcd").mkdir(parents=True)
+    (root / "dra-harness-0123abcd" / "cgroup.controllers").write_text("cpu memory pids\n")
+    monkeypatch.setattr(cgroups, "CGROUP_ROOT", root)
+    monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [tmp_path / "cgroup"])
+    assert cgroups.create(NODE_ID) == [root / "dra-harness-0123abcd"]
+    assert (root / "dra-harness-0123abcd" / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+
+
+def test_cgroup_pids_and_existing(tmp_path, monkeypatch):
+    memory, cpu = tmp_path / "memory", tmp_path / "cpu"
+    (memory / "dra-harness-0123abcd" / "kubepods" / "pod1").mkdir(parents=True)
+    cpu.mkdir()
+    (memory / "dra-harness-0123abcd" / "cgroup.procs").write_text("")
+    (memory / "dra-harness-0123abcd" / "kubepods" / "pod1" / "cgroup.procs").write_text("101\n102\n")
+    (memory / "dra-harness-0123abcd" / "kubepods" / "cgroup.procs").write_text("102\nnot-a-pid\n")
+    monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [cpu, memory])
+    assert cgroups.existing(NODE_ID) == [memory / "dra-harness-0123abcd"]
+    assert cgroups.pids(NODE_ID) == {101, 102}  # a file that does not parse is skipped whole
+
+
+def test_cgroup_remove_deepest_first(tmp_path, monkeypatch):
+    memory = tmp_path / "memory"
+    for sub in ("kubepods/burstable/pod1/c1", "kubepods/besteffort", "kubepods/pod2"):
+        (memory / "dra-harness-0123abcd" / sub).mkdir(parents=True)
+    monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [memory])
+    monkeypatch.setattr(cgroups.os, "kill", lambda pid, sig: pytest.fail(f"kill({pid}) with no pids"))
+    assert cgroups.remove(NODE_ID, timeout=0) == []
+    assert list(memory.iterdir()) == []
+
+
+def test_cgroup_remove_reports_what_is_left(tmp_path, monkeypatch):
+    memory = tmp_path / "memory"
+    (memory / "dra-harness-0123abcd" / "kubepods").mkdir(parents=True)
+    (memory / "dra-harness-0123abcd" / "stuck").write_text("")  # rmdir fails like a busy cgroup
+    monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [memory])
+    assert cgroups.remove(NODE_ID, timeout=0) == [f"cgroup {memory / 'dra-harness-0123abcd'}: Directory not empty"]
+    assert not (memory / "dra-harness-0123abcd" / "kubepods").exists()
+
+
+# --- containerd -----------------------------------------------------------------------------------
+
+
+def test_containerd_config(tmp_path):
+    dirs = NodeDirs(tmp_path / "node")
+    runtime = _runtime(tmp_path)
+    config = tomllib.loads(containerd.config_toml(dirs, runtime, images.PAUSE_IMAGE))
+    assert config["version"] == 3
+    assert config["imports"] == []  # the machine's /etc/containerd/conf.d stays out
+    assert config["root"] == str(tmp_path / "node" / "containerd" / "root")
+    assert config["state"] == str(tmp_path / "node" / "containerd" / "state")
+    assert config["grpc"] == {"address": str(tmp_path / "node" / "containerd" / "containerd.sock")}
+    assert config["ttrpc"] == {"address": str(tmp_path / "node" / "containerd" / "containerd.sock.ttrpc")}
+    assert "io.containerd.nri.v1.nri" in config["disabled_plugins"]
+
+    cri = config["plugins"]["io.containerd.cri.v1.runtime"]
+    assert cri["restrict_oom_score_adj"] is True
+    assert cri["netns_mounts_under_state_dir"] is True
+    assert cri["cdi_spec_dirs"] == [str(tmp_path / "node" / "cdi")]
+    assert cri["containerd"]["default_runtime_name"] == "runc"
+    runc = cri["containerd"]["runtimes"]["runc"]
+    assert runc["runtime_type"] == "io.containerd.runc.v2"
+    assert runc["options"] == {"BinaryName": "/usr/sbin/runc", "Root": str(tmp_path / "node" / "runc"),
+                               "SystemdCgroup": False}
+    assert cri["cni"] == {"bin_dirs": ["/usr/lib/cni"], "conf_dir": str(tmp_path / "node" / "cni" / "net.d")}
+
+    assert config["plugins"]["io.containerd.cri.v1.images"] == {
+        "snapshotter": "overlayfs", "pinned_images": {"sandbox": "dra-harness.local/pause:1"}}
+    server = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert server["disable_tcp_service"] is True
+    assert server["stream_server_address"] == "127.0.0.1"
+
+
+def test_containerd_config_quotes_paths(tmp_path):
+    """Paths are TOML strings: quotes and backslashes in them must not break the file."""
+    dirs = NodeDirs(tmp_path / 'we"ird\\dir é')
+    config = tomllib.loads(containerd.config_toml(dirs, _runtime(tmp_path), images.PAUSE_IMAGE))
+    assert config["root"] == str(tmp_path / 'we"ird\\dir é' / "containerd" / "root")
+
+
+def test_containerd_argv_and_env(tmp_path, monkeypatch):
+    dirs, runtime = NodeDirs(tmp_path / "node"), _runtime(tmp_path)
+    assert containerd.argv(dirs, runtime) == [str(tmp_path / "runtime" / "containerd"),
+                                              f"--config={tmp_path / 'node' / 'containerd' / 'config.toml'}"]
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert containerd.env(runtime) == {"PATH": f"{tmp_path / 'runtime'}:/usr/bin:/bin"}  # finds its shim first
+
+
+def test_import_images_checks_the_result(tmp_path, monkeypatch):
+    dirs, runtime = NodeDirs(tmp_path / "node"), _runtime(tmp_path)
+    calls = []
+
+    def run(argv, **kwargs):
+        calls.append(argv)
+        return _completed(argv, stdout=f"{images.PAUSE_IMAGE}\nother:1\n" if "list" in argv else "")
+
+    monkeypatch.setattr(containerd.subprocess, "run", run)
+    archives = {images.PAUSE_IMAGE: tmp_path / "p.tar", images.SHELL_IMAGE: tmp_path / "s.tar"}
+    with pytest.raises(HarnessError, match=r"images not in containerd after import: dra-harness\.local/shell:1$"):
+        containerd.import_images(dirs, runtime, archives)
+    prefix = [str(tmp_path / "runtime" / "ctr"), f"--address={dirs.containerd_socket}", "--namespace=k8s.io"]
+    assert calls == [[*prefix, "images", "import", "--local", str(tmp_path / "p.tar")],
+                     [*prefix, "images", "import", "--local", str(tmp_path / "s.tar")],
+                     [*prefix, "images", "list", "--quiet"]]
+
+
+def test_ctr_failure_is_a_harness_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(containerd.subprocess, "run", lambda argv, **kw: _completed(argv, 1, stderr="no socket\n"))
+    with pytest.raises(HarnessError, match=r"^`ctr version` failed: no socket$"):
+        containerd.ctr(NodeDirs(tmp_path), _runtime(tmp_path), "version")
+
+
+# --- kubelet --------------------------------------------------------------------------------------
+
+
+def test_kubelet_config(tmp_path):
+    record = _record(tmp_path / "node")
+    config = kubelet.config(record, "/pki/ca.crt")
+    assert config["failCgroupV1"] is False
+    assert config["cgroupDriver"] == "cgroupfs"
+    assert config["cgroupRoot"] == "/dra-harness-0123abcd"
+    assert config["cgroupRoot"] == "/" + cgroups.parent_name(record.id)  # the parent cgroups.create() makes
+    assert config["oomScoreAdj"] == 0
+    assert config["address"] == config["healthzBindAddress"] == "10.202.41.1"
+    assert "0.0.0.0" not in yaml.safe_dump(config)
+    assert (config["port"], config["healthzPort"], config["readOnlyPort"]) == (20001, 20002, 0)
+    assert config["authentication"] == {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                                        "x509": {"clientCAFile": "/pki/ca.crt"}}
+    assert config["authorization"] == {"mode": "Webhook"}
+    assert config["registerWithTaints"] == [{"key": "dra-harness.x-k8s.io/real-node", "value": "true",
+                                             "effect": "NoSchedule"}]
+    assert config["registerWithTaints"][0]["key"] == kubelet.TAINT_KEY
+    socket = f"unix://{tmp_path / 'node' / 'containerd' / 'containerd.sock'}"
+    assert config["containerRuntimeEndpoint"] == config["imageServiceEndpoint"] == socket
+    assert config["podLogsDir"] == str(tmp_path / "node" / "pod-logs")
+    assert config["podCIDR"] == "10.202.41.0/24"
+
+
+def test_kubelet_config_yaml_round_trips(tmp_path):
+    record = _record(tmp_path / "node")
+    assert yaml.safe_load(kubelet.config_yaml(record, "/ca")) == kubelet.config(record, "/ca")
+
+
+def test_kubelet_argv(tmp_path):
+    record = _record(tmp_path / "node")
+    argv = kubelet.argv("/bin/kubelet", record, "/kc", {"z": "1", "kubernetes.io/os": "linux", "a": "2"},
+                        ["--feature-gates=DRAFoo=true"], verbosity=3)
+    assert argv == ["/bin/kubelet", f"--config={tmp_path / 'node' / 'kubelet-config.yaml'}", "--kubeconfig=/kc",
+                    f"--root-dir={tmp_path / 'node' / 'kubelet'}", "--hostname-override=real-node-0",
+                    "--node-ip=10.202.41.1", "--node-labels=a=2,kubernetes.io/os=linux,z=1",
+                    "--feature-gates=DRAFoo=true", "--v=3"]
+
+
+def test_kubelet_health_url(tmp_path):
+    assert kubelet.health_url(_record(tmp_path)) == "http://10.202.41.1:20002/healthz"
+
+
+# --- layout ---------------------------------------------------------------------------------------
+
+
+def test_node_id(tmp_path):
+    ident = layout.node_id(tmp_path / "c1", "real-node-0")
+    assert re.fullmatch(r"[0-9a-f]{8}", ident)
+    assert layout.node_id(tmp_path / "c1", "real-node-0") == ident
+    assert layout.node_id(tmp_path / "c2", "real-node-0") != ident
+    assert layout.node_id(tmp_path / "c1", "real-node-1") != ident
+
+
+def test_node_root(monkeypatch, tmp_path):
+    monkeypatch.delenv(layout.NODE_ROOT_ENV, raising=False)
+    assert layout.node_root() == Path("/var/lib/dra-harness")
+    monkeypatch.setenv(layout.NODE_ROOT_ENV, str(tmp_path))
+    assert layout.node_root() == tmp_path
+
+
+def test_record_round_trip(tmp_path):
+    record = _record(tmp_path / "node")
+    data = record.to_dict()
+    assert data == {"name": "real-node-0", "id": NODE_ID, "directory": str(tmp_path / "node"),
+                    "bridge": "drh-0123abcd", "subnet": "10.202.41.0/24", "address": "10.202.41.1",
+                    "kubelet_port": 20001, "healthz_port": 20002}
+    assert RealNodeRecord.from_dict(data) == record
+    assert RealNodeRecord.from_dict(yaml.safe_load(yaml.safe_dump(data))) == record  # as state.yaml keeps it
+    assert RealNodeRecord.from_dict({**data, "added-later": 1}) == record
+    assert layout.records({"realNodes": [data]}) == [record]
+    assert layout.records({}) == []
+
+
+def test_record_names(tmp_path):
+    record = _record(tmp_path)
+    assert record.dirs == NodeDirs(tmp_path)
+    assert (record.kubelet_process, record.containerd_process) == ("kubelet-real-node-0", "containerd-real-node-0")
+    assert record.plugin_process("gpu.example.com") == "kubelet-plugin-real-node-0-gpu.example.com"
+
+
+def test_node_dirs_stay_under_the_base(tmp_path):
+    dirs = NodeDirs(tmp_path)
+    assert len(set(dirs.all())) == 12
+    for path in [*dirs.all(), dirs.containerd_socket, dirs.containerd_config, dirs.kubelet_config]:
+        assert path.is_relative_to(tmp_path), path
+    assert dirs.plugins == tmp_path / "kubelet" / "plugins"
+    assert dirs.plugins_registry == tmp_path / "kubelet" / "plugins_registry"
+
+
+def _registration_socket(driver: str) -> str:
+    dirs = NodeDirs(layout.node_root() / NODE_ID)
+    return str(dirs.plugins_registry / f"{driver}-reg.sock")
+
+
+def test_plugin_sockets_fit_under_the_default_node_root(monkeypatch):
+    """sun_path holds 107 bytes. Under /var/lib/dra-harness/<id> the registration socket
+    (`.../kubelet/plugins_registry/<driver>-reg.sock`) leaves 43 bytes for the driver name: the fake
+    driver's names fit, a 50-character one does not (the plugin refuses it at start)."""
+    from fake_devices.kubeletplugin.config import MAX_SOCKET_PATH
+
+    monkeypatch.delenv(layout.NODE_ROOT_ENV, raising=False)
+    assert MAX_SOCKET_PATH == 107
+    assert _registration_socket("") == "/var/lib/dra-harness/0123abcd/kubelet/plugins_registry/-reg.sock"
+    assert len(_registration_socket("d" * 43)) == 107
+    assert len(_registration_socket("d" * 44)) == 108
+    assert len(_registration_socket("d" * 50)) == 114 > MAX_SOCKET_PATH
+    for driver in ("gpu.example.com", "storage.example.com", "nic.example.com"):
+        assert len(_registration_socket(driver)) <= MAX_SOCKET_PATH
+    dra_socket = NodeDirs(layout.node_root() / NODE_ID).plugins / ("d" * 50) / "dra.sock"
+    assert len(str(dra_socket)) == 105  # dra.sock is shorter: registration is the limit
+
+
+def test_plugin_config_enforces_the_socket_limit(monkeypatch):
+    """The kubelet plugin's own check agrees with the arithmetic above."""
+    from fake_devices.errors import InvalidInput
+    from fake_devices.kubeletplugin.config import PluginConfig
+
+    monkeypatch.delenv(layout.NODE_ROOT_ENV, raising=False)
+    dirs = NodeDirs(layout.node_root() / NODE_ID)
+    fits = "a" * 31 + ".example.com"  # 43 characters
+    PluginConfig(fits, "real-node-0", plugins_dir=dirs.plugins, registry_dir=dirs.plugins_registry).validate()
+    with pytest.raises(InvalidInput, match="socket path longer than 107 bytes"):
+        PluginConfig("a" + fits, "real-node-0", plugins_dir=dirs.plugins,
+                     registry_dir=dirs.plugins_registry).validate()
+
+
+# --- plugins --------------------------------------------------------------------------------------
+
+
+def test_plugin_argv_uses_the_node_directories(tmp_path):
+    record = _record(tmp_path / "node")
+    argv = plugins.argv(record, "gpu.example.com", tmp_path / "kc", "fake", "drh-system", health_interval=2.0)
+    assert argv[1:] == ["-m", "fake_devices.kubeletplugin", "--driver=gpu.example.com", "--node=real-node-0",
+                        f"--kubeconfig={tmp_path / 'kc'}",
+                        f"--plugins-dir={tmp_path / 'node' / 'kubelet' / 'plugins'}",
+                        f"--registry-dir={tmp_path / 'node' / 'kubelet' / 'plugins_registry'}",
+                        f"--cdi-dir={tmp_path / 'node' / 'cdi'}",
+                        f"--state-dir={tmp_path / 'node' / 'driver-state' / 'gpu.example.com'}",
+                        "--health-interval=2.0", "--instance=fake", "--namespace=drh-system"]
+    without = plugins.argv(record, "gpu.example.com", tmp_path / "kc", None, None)
+    assert not any(a.startswith(("--instance", "--namespace")) for a in without)
+    assert without[-1] == "--health-interval=10.0"
+
+
+def test_plugin_cdi_dir_is_the_one_containerd_reads(tmp_path):
+    record = _record(tmp_path / "node")
+    config = tomllib.loads(containerd.config_toml(record.dirs, _runtime(tmp_path), images.PAUSE_IMAGE))
+    nodeplugins = plugins.NodePlugins(tmp_path, record, tmp_path / "kc")
+    assert config["plugins"]["io.containerd.cri.v1.runtime"]["cdi_spec_dirs"] == [str(nodeplugins.cdi_dir)]
+    (record.dirs.cdi).mkdir(parents=True)
+    for name in ("gpu.example.com-claim1.json", "gpu.example.com-claim0.json", "nic.example.com-c.json", "x.txt"):
+        (record.dirs.cdi / name).write_text("{}")
+    assert [p.name for p in nodeplugins.cdi_specs("gpu.example.com")] == ["gpu.example.com-claim0.json",
+                                                                          "gpu.example.com-claim1.json"]
+    assert len(nodeplugins.cdi_specs()) == 3
+
+
+# --- node.plan_record -----------------------------------------------------------------------------
+
+
+def test_plan_record_ties_the_pieces_together(tmp_path, monkeypatch):
+    monkeypatch.setenv(layout.NODE_ROOT_ENV, str(tmp_path / "nodes"))
+    monkeypatch.setattr(node.ports, "allocate", lambda names, reserved=frozenset(): {names[0]: 20101,
+                                                                                      names[1]: 20102})
+    cluster = SimpleNamespace(directory=tmp_path / "clusters" / "c")
+    record = node.plan_record(cluster, node.RealNodeSpec("real-node-0"), [], set())
+    ident = layout.node_id(tmp_path / "clusters" / "c", "real-node-0")
+    subnet = network.choose_subnet(ident, [])
+    assert record == RealNodeRecord(name="real-node-0", id=ident, directory=str(tmp_path / "nodes" / ident),
+                                    bridge=f"drh-{ident}", subnet=str(subnet), address=network.gateway(subnet),
+                                    kubelet_port=20101, healthz_port=20102)
+
+
+# --- teardown -------------------------------------------------------------------------------------
+
+
+MOUNTINFO = """\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+100 27 8:1 /var/lib/dra-harness/abc/kubelet /var/lib/dra-harness/abc/kubelet rw shared:50 - ext4 /dev/sda1 rw
+101 100 8:1 /var/lib/dra-harness/abc/kubelet /var/lib/dra-harness/abc/kubelet rw shared:50 - ext4 /dev/sda1 rw
+102 100 0:60 / /var/lib/dra-harness/abc/kubelet/pods/p1/volumes/kubernetes.io~empty-dir/a\\040b rw - tmpfs tmpfs rw
+103 27 0:61 / /var/lib/dra-harness/abc/containerd/state/v2.task/k8s.io/c1/rootfs rw - overlay overlay rw
+104 27 0:62 / /var/lib/dra-harness/abc rw - tmpfs tmpfs rw
+105 27 0:63 / /var/lib/dra-harness/abc2 rw - tmpfs tmpfs rw
+106 105 0:64 / /var/lib/dra-harness/abc2/kubelet rw - tmpfs tmpfs rw
+107 27 0:65 / /var/lib/dra-harness/ab rw - tmpfs tmpfs rw
+"""
+
+
+@pytest.fixture
+def mountinfo(tmp_path, monkeypatch):
+    (tmp_path / "mountinfo").write_text(MOUNTINFO)
+    _fake_open(monkeypatch, teardown, tmp_path / "mountinfo")
+
+
+def test_mounts_under_deepest_first(mountinfo):
+    """Children before parents (a mount with a mount on it cannot be unmounted), and abc2 is not abc."""
+    abc = "/var/lib/dra-harness/abc"
+    expected = [Path(p) for p in (
+        f"{abc}/containerd/state/v2.task/k8s.io/c1/rootfs",
+        f"{abc}/kubelet/pods/p1/volumes/kubernetes.io~empty-dir/a b",
+        f"{abc}/kubelet", f"{abc}/kubelet",  # the kubelet's bind mount on itself: one entry per layer
+        abc)]
+    assert teardown.mounts_under(Path(abc)) == expected
+    assert teardown.mounts_under(Path(abc + "/")) == expected
+    assert teardown.mounts_under(Path("/var/lib/dra-harness/abc2")) == [Path("/var/lib/dra-harness/abc2/kubelet"),
+                                                                        Path("/var/lib/dra-harness/abc2")]
+    assert teardown.mounts_under(Path("/var/lib/dra-harness/none")) == []
+
+
+def test_mounts_under_without_mountinfo(tmp_path, monkeypatch):
+    _fake_open(monkeypatch, teardown, tmp_path / "absent")
+    assert teardown.mounts_under(Path("/var/lib/dra-harness/abc")) == []
+
+
+def test_unmount_all_falls_back_to_lazy(monkeypatch):
+    rounds = [[Path("/n/a/b"), Path("/n/a")], [Path("/n/a")], []]
+    monkeypatch.setattr(teardown, "mounts_under", lambda directory: rounds.pop(0))
+    calls = []
+
+    def run(argv, **kwargs):
+        calls.append(argv)
+        return _completed(argv, returncode=1 if argv == ["umount", "/n/a"] else 0)
+
+    monkeypatch.setattr(teardown.subprocess, "run", run)
+    assert teardown.unmount_all(Path("/n")) == []
+    assert calls == [["umount", "/n/a/b"], ["umount", "/n/a"], ["umount", "-l", "/n/a"],
+                     ["umount", "/n/a"], ["umount", "-l", "/n/a"]]
+
+
+def test_unmount_all_reports_what_stays(monkeypatch):
+    monkeypatch.setattr(teardown, "mounts_under", lambda directory: [Path("/n/a")])
+    monkeypatch.setattr(teardown.subprocess, "run", lambda argv, **kw: _completed(argv, 1))
+    assert teardown.unmount_all(Path("/n")) == ["mount /n/a"]
+
+
+def test_teardown_all_without_real_nodes_touches_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(teardown.host, "release", lambda name: pytest.fail("released with no real node"))
+    assert teardown.teardown_all(tmp_path, "c", {"name": "c"}) == []
+
+
+# --- noderuntime ----------------------------------------------------------------------------------
+
+
+def _cni_dir(path: Path, plugins_present=noderuntime.CNI_PLUGINS) -> Path:
+    path.mkdir(parents=True)
+    for name in plugins_present:
+        (path / name).write_bytes(b"\x7fELF")
+    return path
+
+
+def test_find_cni_dir(tmp_path, monkeypatch):
+    partial = _cni_dir(tmp_path / "partial", ("bridge", "host-local"))
+    complete = _cni_dir(tmp_path / "complete")
+    monkeypatch.setattr(noderuntime, "CNI_DIR_CANDIDATES", (str(tmp_path / "absent"), str(partial), str(complete)))
+    assert noderuntime.find_cni_dir() == complete
+    monkeypatch.setattr(noderuntime, "CNI_DIR_CANDIDATES", (str(partial),))
+    assert noderuntime.find_cni_dir() is None  # no loopback: pods would have no lo
+
+
+def test_find_runc(tmp_path, monkeypatch):
+    runc = tmp_path / "sbin" / "runc"
+    runc.parent.mkdir()
+    runc.write_bytes(b"\x7fELF")
+    monkeypatch.setattr(noderuntime.shutil, "which", lambda name: None)
+    monkeypatch.setattr(noderuntime, "RUNC_CANDIDATES", (str(tmp_path / "bin" / "runc"), str(runc)))
+    assert noderuntime.find_runc() == runc
+    on_path = tmp_path / "path-runc"
+    on_path.write_bytes(b"\x7fELF")
+    monkeypatch.setattr(noderuntime.shutil, "which", lambda name: str(on_path))
+    assert noderuntime.find_runc() == on_path  # PATH first
+    monkeypatch.setattr(noderuntime, "RUNC_CANDIDATES", ())
+    monkeypatch.setattr(noderuntime.shutil, "which", lambda name: None)
+    assert noderuntime.find_runc() is None
+
+
+def test_host_tools_missing_names_each_tool(monkeypatch):
+    monkeypatch.setattr(noderuntime, "find_runc", lambda: None)
+    monkeypatch.setattr(noderuntime, "find_cni_dir", lambda: None)
+    monkeypatch.setattr(images, "find_busybox", lambda: None)
+    assert noderuntime.host_tools_missing() == [
+        "runc (the OCI runtime containerd starts containers with)",
+        "CNI plugins bridge, host-local, loopback (in one of /usr/lib/cni, /opt/cni/bin, /usr/libexec/cni)",
+        "a statically linked busybox (the test image's shell)"]
+
+
+def test_host_tools_missing_when_complete(monkeypatch, tmp_path):
+    monkeypatch.setattr(noderuntime, "find_runc", lambda: tmp_path)
+    monkeypatch.setattr(noderuntime, "find_cni_dir", lambda: tmp_path)
+    monkeypatch.setattr(images, "find_busybox", lambda: tmp_path)
+    assert noderuntime.host_tools_missing() == []
+
+
+def test_ensure_fails_before_building_when_tools_are_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(noderuntime, "host_tools_missing", lambda: ["runc (x)", "a statically linked busybox (y)"])
+    monkeypatch.setattr(noderuntime, "cache_dir", lambda version=None: pytest.fail("looked at the cache"))
+    with pytest.raises(BinariesError) as caught:
+        noderuntime.ensure()
+    assert caught.value.message == ("a real node needs tools this machine lacks: runc (x); "
+                                    "a statically linked busybox (y)")
+    assert caught.value.hint == "on Debian/Ubuntu: apt-get install runc containernetworking-plugins busybox-static"
+    assert not (tmp_path / "cache").exists()
+
+
+def test_cache_dir_is_versioned(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(noderuntime, "host_platform", lambda: ("linux", "arm64"))
+    assert noderuntime.cache_dir("2.4.2") == tmp_path / "binaries" / "containerd-v2.4.2_linux-arm64"
+
+
+def test_node_runtime_path(tmp_path):
+    assert _runtime(tmp_path).path("ctr") == tmp_path / "runtime" / "ctr"
+
+
+# --- preflight ------------------------------------------------------------------------------------
+
+
+ROOT_PROBLEM = ("a real node needs root (the kubelet and containerd mount filesystems, create cgroups, network "
+                "namespaces and a bridge): run as root, or use --real-nodes 0 / the kind backend")
+
+
+@pytest.fixture
+def capable_machine(tmp_path, monkeypatch):
+    """A machine that passes every check; tests break one thing at a time."""
+    sysctls = tmp_path / "sysctl"
+    sysctls.mkdir()
+    monkeypatch.setattr(preflight.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(preflight.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(preflight.cgroups, "layout", lambda: "v1")
+    monkeypatch.setattr(preflight, "_filesystems", lambda: "nodev\tsysfs\nnodev\toverlay\n")
+    monkeypatch.setattr(preflight.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(preflight.noderuntime, "host_tools_missing", lambda: [])
+    monkeypatch.setattr(preflight.host, "sysctl_path", lambda name: sysctls / name)
+    monkeypatch.setenv(layout.NODE_ROOT_ENV, str(tmp_path / "nodes"))
+    return tmp_path
+
+
+def test_preflight_passes_on_a_capable_machine(capable_machine):
+    assert preflight.problems() == []
+    assert (capable_machine / "nodes").is_dir()
+
+
+def test_preflight_needs_root(capable_machine, monkeypatch):
+    monkeypatch.setattr(preflight.os, "geteuid", lambda: 1000)
+    assert preflight.problems() == [ROOT_PROBLEM]
+    assert "root" in ROOT_PROBLEM and "--real-nodes 0" in ROOT_PROBLEM
+
+
+def test_preflight_needs_linux(capable_machine, monkeypatch):
+    monkeypatch.setattr(preflight.platform, "system", lambda: "Darwin")
+    assert preflight.problems() == ["a real node needs Linux (this is Darwin)"]
+
+
+def test_preflight_lists_every_problem(capable_machine, monkeypatch):
+    monkeypatch.setattr(preflight.cgroups, "layout", lambda: "none")
+    monkeypatch.setattr(preflight, "_filesystems", lambda: "nodev\tsysfs\n")
+    monkeypatch.setattr(preflight.shutil, "which", lambda name: None)
+    monkeypatch.setattr(preflight.noderuntime, "host_tools_missing", lambda: ["runc (x)"])
+    blocker = capable_machine / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(layout.NODE_ROOT_ENV, str(blocker / "nodes"))
+    assert preflight.problems() == [
+        "no cgroup hierarchy is mounted under /sys/fs/cgroup",
+        "the kernel has no overlay filesystem (containerd's overlayfs snapshotter needs it)",
+        "`ip` is not installed (Debian: iproute2 / mount)",
+        "`umount` is not installed (Debian: iproute2 / mount)",
+        "missing: runc (x) (Debian: apt-get install runc containernetworking-plugins busybox-static)",
+        f"cannot create the node directory root {blocker / 'nodes'}: Not a directory "
+        f"(set DRA_HARNESS_NODE_ROOT to a short writable path)"]
+
+
+def test_preflight_read_only_sysctl(capable_machine, monkeypatch):
+    (capable_machine / "sysctl" / "kernel.panic").write_text("0\n")
+    monkeypatch.setattr(preflight.os, "access", lambda path, mode: Path(path).name != "kernel.panic")
+    assert preflight.problems() == [f"{capable_machine / 'sysctl' / 'kernel.panic'} is read-only here: "
+                                    "the kubelet must be able to set kernel.panic"]
