@@ -46,3 +46,86 @@ def test_device_fault_is_published_as_a_taint(driver_under_test, k8s, dra_namesp
     except wait.WaitTimeout:
         pytest.fail(f"driver did not publish a taint for an unhealthy device: {node}/gpu-0 has no NoExecute taint "
                     "30 s after the fault", pytrace=False)
+
+
+# --- where a kubelet runs: the driver's node half ------------------------------------------------
+
+def _kubelet_counters(k8s, node: str, driver: str) -> dict[str, float]:
+    """The kubelet's own DRA metrics on `node`: claims of `driver` in use, and successful and failed
+    Prepare/Unprepare calls (all drivers: the kubelet does not label those by driver)."""
+    values = {"in_use": 0.0}
+    for line in k8s.get_raw(f"/api/v1/nodes/{node}/proxy/metrics").splitlines():
+        if line.startswith("dra_resource_claims_in_use{") and f'driver_name="{driver}"' in line:
+            values["in_use"] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("dra_operations_duration_seconds_count{"):
+            operation = line.split('operation_name="', 1)[1].split('"', 1)[0]
+            error = 'is_error="true"' in line
+            key = f"{operation}{'-error' if error else ''}"
+            values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return values
+
+
+@pytest.fixture
+def kubelet_target(request, k8s, cluster_facts, dra_namespace):
+    """(driver, device class, node, image, container command) for a pod the kubelet must prepare: the
+    vendor's driver on a kubelet node where it publishes devices, or the fake driver with its kubelet
+    plugins on the local backend's real node."""
+    from harness.backends.local.realnode import images
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(request.config)
+    if vendor is not None:
+        if not vendor.device_classes:
+            pytest.skip("the vendor file names no deviceClasses to request a device from")
+        device_class = sorted(vendor.device_classes.values())[0]
+        for node in cluster_facts.kubelet_nodes:
+            for driver in vendor.drivers:
+                if k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver},spec.nodeName={node}").items:
+                    return driver, device_class, node, vendor.test_image, None
+        pytest.skip(f"driver(s) {', '.join(vendor.drivers)} publish no devices on a node run by a kubelet "
+                    f"(kubelet nodes: {', '.join(cluster_facts.kubelet_nodes)})")
+    real_node = request.getfixturevalue("real_node")
+    fake = request.getfixturevalue("fake_driver")({real_node.name: "tiny"})
+    real_node.run_for(fake)
+    return fake.drivers.gpu, f"{fake.config.instance}-gpu", real_node.name, images.SHELL_IMAGE, \
+        ["sh", "-c", "exec sleep 3600"]
+
+
+@pytest.mark.needs_kubelet
+@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
+def test_kubelet_prepares_and_unprepares_the_drivers_claims(k8s, dra_namespace, kubelet_target):
+    """A pod with a claim on the driver's devices starts on a kubelet node (NodePrepareResources
+    succeeded) and the kubelet counts the prepared claim; deleting the pod unprepares it (count back,
+    no failed call). Judged from the kubelet's own metrics, so it holds for any driver."""
+    from conformance import checks, objects
+    from harness.backends.local.realnode.kubelet import TAINT_KEY
+
+    driver, device_class, node, image, command = kubelet_target
+    ns = dra_namespace
+    before = _kubelet_counters(k8s, node, driver)
+    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one", device_class))
+    container = {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
+                 "resources": {"claims": [{"name": "dev"}]}}
+    if command:
+        container["command"] = command
+    k8s.core.create_namespaced_pod(ns, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "prepared"},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 1,
+                 "tolerations": [{"key": TAINT_KEY, "operator": "Exists"}],
+                 "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one"}], "containers": [container]}})
+    checks.running(k8s, ns, "prepared", timeout=120)
+    claim = checks.pod_claim(k8s, ns, "prepared", claim="dev")
+    assert {r.driver for r in claim.status.allocation.devices.results} == {driver}
+    during = _kubelet_counters(k8s, node, driver)
+    assert during["in_use"] == before["in_use"] + 1, (before, during)
+    assert during.get("PrepareResources", 0) > before.get("PrepareResources", 0)
+
+    k8s.core.delete_namespaced_pod("prepared", ns)
+    wait.until("pod prepared to be gone (after NodeUnprepareResources)",
+               lambda: not k8s.core.list_namespaced_pod(ns).items, 120,
+               diagnostics=lambda: wait.describe_namespace(k8s, ns))
+    after = _kubelet_counters(k8s, node, driver)
+    assert after["in_use"] == before["in_use"], (before, after)
+    assert after.get("UnprepareResources", 0) > during.get("UnprepareResources", 0)
+    assert after.get("PrepareResources-error", 0) == before.get("PrepareResources-error", 0)
+    assert after.get("UnprepareResources-error", 0) == before.get("UnprepareResources-error", 0)

@@ -139,10 +139,8 @@ def parse(data, source: str) -> ClusterDefinition:
         pool_name = pool.str("name", required=True, pattern=DNS_LABEL, allowed="a DNS label")
         count = pool.int("count", required=True, minimum=0, maximum=MAX_NODES)
         profile_name = pool.str("profile")
-        kubelet = pool.str("kubelet", default="simulated")
-        if kubelet not in KUBELET_KINDS:
-            pool.fail(pool.at("kubelet"), f"unknown kubelet kind {kubelet!r}", ", ".join(KUBELET_KINDS))
-        elif kubelet == "real" and (count or 0) > MAX_REAL_NODES:
+        kubelet = pool.str("kubelet", default="simulated", choices=KUBELET_KINDS)
+        if kubelet == "real" and (count or 0) > MAX_REAL_NODES:
             pool.fail(pool.at("count"), f"{count} real nodes", f"at most {MAX_REAL_NODES} (each runs a kubelet "
                                                                "and containerd on this machine)")
         labels = {}
@@ -172,7 +170,7 @@ def parse(data, source: str) -> ClusterDefinition:
             seen.add(pool_name)
         total += count or 0
         if pool_name is not None and count is not None:
-            pools.append(NodePool(pool_name, count, loaded, labels, kubelet if kubelet in KUBELET_KINDS else "simulated"))
+            pools.append(NodePool(pool_name, count, loaded, labels, kubelet or "simulated"))
     if total > MAX_NODES:
         spec.fail(spec.at("nodePools"), f"{total} nodes in all", f"at most {MAX_NODES}")
     spec.done()

@@ -8,6 +8,7 @@
       deviceClasses: {gpu: acme-gpu}         # device type -> the DeviceClass it installs
       extendedResources: {gpu: acme.example/gpu}
       features: [DRAExtendedResource, DRADeviceTaints, DRAPartitionableDevices]   # what it claims to support
+      testImage: registry.k8s.io/pause:3.10  # what the kubelet checks run on your nodes (default shown)
 
 The suite then tests that driver as it is: checks of its published slices, and the feature tests it
 claims; tests that need the fake driver's powers (profiles, fault injection) are skipped with the reason.
@@ -25,6 +26,7 @@ from fake_devices.schema import DNS_SUBDOMAIN, Reader, read_header
 
 KIND = "VendorDriver"
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
+DEFAULT_TEST_IMAGE = "registry.k8s.io/pause:3.10"
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class VendorDriver:
     device_classes: dict[str, str] = field(default_factory=dict)
     extended_resources: dict[str, str] = field(default_factory=dict)
     features: frozenset[str] = frozenset()
+    test_image: str = DEFAULT_TEST_IMAGE
 
 
 def load(path: str) -> VendorDriver:
@@ -55,8 +58,9 @@ def load(path: str) -> VendorDriver:
     classes = {str(k): str(v) for k, v in spec.raw_mapping("deviceClasses").items()}
     extended = {str(k): str(v) for k, v in spec.raw_mapping("extendedResources").items()}
     features = frozenset(str(f) for f in spec.scalars("features"))
+    test_image = spec.str("testImage", default=DEFAULT_TEST_IMAGE)
     spec.done()
     top.done()
     if problems:
         raise InvalidInput(problems)
-    return VendorDriver(name or "", tuple(drivers), classes, extended, features)
+    return VendorDriver(name or "", tuple(drivers), classes, extended, features, test_image or DEFAULT_TEST_IMAGE)

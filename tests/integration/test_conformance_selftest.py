@@ -89,3 +89,27 @@ def test_bad_vendor_file_is_a_usage_error(dra_cluster, tmp_path):
     assert result.returncode == 4  # pytest's usage error
     assert "spec.drivers[0]" in result.stderr and "spec.colour: unknown field" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_vendor_mode_checks_the_node_half_where_a_kubelet_runs(dra_cluster, fake_driver, real_node, tmp_path):
+    """Vendor mode on a node run by a real kubelet: the suite's generic kubelet check prepares and
+    unprepares a claim of the vendor's driver (here: a fake-driver instance with its kubelet plugins
+    on the real node, standing in for a vendor's), judged only from the kubelet's metrics."""
+    from harness.backends.local.realnode import images
+
+    vendor = fake_driver({real_node.name: "tiny"})
+    real_node.run_for(vendor)
+    config = tmp_path / "vendor.yaml"
+    config.write_text(f"""
+apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: VendorDriver
+metadata: {{name: acme}}
+spec:
+  drivers: [{vendor.drivers.gpu}]
+  deviceClasses: {{gpu: {vendor.config.instance}-gpu}}
+  testImage: {images.PAUSE_IMAGE}
+""")
+    result = _run_checks(dra_cluster, "-v", "-rs", "-k", "kubelet", f"--dra-driver-config={config}", timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "test_kubelet_prepares_and_unprepares_the_drivers_claims PASSED" in output, output[-3000:]
