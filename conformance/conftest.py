@@ -51,7 +51,9 @@ def _requirements(request: pytest.FixtureRequest) -> None:
             if group_version not in facts.apis:
                 pytest.skip(f"API {group_version} is not served by the cluster under test")
     if "needs_kubelet" in markers and not facts.kubelet_nodes:
-        pytest.skip("needs a node run by a real kubelet (this cluster has only simulated nodes)")
+        why = request.getfixturevalue("dra_cluster").real_nodes_reason
+        pytest.skip("needs a node run by a real kubelet (this cluster has only simulated nodes"
+                    + (f"; {why})" if why else ")"))
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,9 @@ def _add_suite_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default=None, help="local: cluster name (default: a fresh one for this run)")
     parser.add_argument("--nodes", type=int, default=3, help="local: simulated nodes (default: 3)")
     parser.add_argument("--config", default=None, help="local: cluster definition (file or name in clusters/)")
+    parser.add_argument("--real-nodes", default="auto", metavar="auto|N",
+                        help="local: nodes run by a real kubelet + containerd (auto: one where this machine can "
+                             "host it, needs root; docs/real-node.md)")
     parser.add_argument("--preset", default=None, help="local: feature-gate preset (default: all-dra)")
     parser.add_argument("--feature-gates", default="", help="local: gate overrides")
     parser.add_argument("--driver-config", default=None, metavar="VENDOR_YAML",
@@ -216,7 +219,8 @@ def _dispatch(args, reporter: Reporter, out) -> int:
             nodes=args.nodes, preset=args.preset, feature_gates=args.feature_gates, definition=args.config,
             driver_config=args.driver_config, maturity=args.maturity, features=args.features,
             report_dir=args.report_dir, workers=args.workers, keep_cluster=args.keep_cluster,
-            binaries_dir=args.binaries_dir, versions=_versions(args), pytest_args=args.pytest_args)
+            binaries_dir=args.binaries_dir, versions=_versions(args), real_nodes=args.real_nodes,
+            pytest_args=args.pytest_args)
         return runner.run(options, reporter, out)
     if args.command == "load":
         return _load(args, reporter, out)

@@ -256,14 +256,14 @@ def real_node(dra_cluster: ClusterInfo, k8s: Clients, dra_namespace: str):
     `real_node.run_for(fake)` starts one per driver name. At teardown the test's pods are deleted
     first (the kubelet unprepares their claims through the plugins), then the plugins stop. Skips,
     with the reason, where the cluster has no such node."""
-    if dra_cluster.backend != "local":
-        pytest.skip("real nodes belong to the local backend; on kind or your own cluster use a vendor config "
-                    "(--dra-driver-config) naming the driver your nodes run")
     from harness.backends.local import state
     from harness.backends.local.realnode.layout import records
     from harness.backends.local.realnode.plugins import NodePlugins
 
-    cluster = state.load(dra_cluster.name)
+    cluster = state.find_by_kubeconfig(dra_cluster.kubeconfig)
+    if cluster is None:
+        pytest.skip("real nodes belong to the local backend; on kind or your own cluster use a vendor config "
+                    "(--dra-driver-config) naming the driver your nodes run")
     nodes = records(cluster.data)
     if not nodes:
         pytest.skip(f"the cluster under test has no real node ({dra_cluster.real_nodes_reason or 'started without one'})")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import report
+from harness import session as sessions
 from harness.errors import HarnessError
 from harness.progress import Reporter
 
@@ -38,6 +39,7 @@ class ConformanceOptions:
     keep_cluster: bool = False
     binaries_dir: Path | None = None
     versions: object = None
+    real_nodes: str = "auto"  # local: nodes run by a real kubelet ("auto": one where the machine allows it)
     pytest_args: list[str] = field(default_factory=list)
 
 
@@ -49,7 +51,7 @@ def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
     report_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("results.json", "junit.xml"):
         (report_dir / stale).unlink(missing_ok=True)
-    backend, cluster_name, kubeconfig = _cluster(options, reporter)
+    backend, cluster_name, kubeconfig, no_real_node_reason = _cluster(options, reporter)
     started = time.monotonic()
     try:
         clients = Clients(Path(kubeconfig))
@@ -68,7 +70,10 @@ def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
             command += ["-n", str(options.workers)]
         command += options.pytest_args
         reporter.info("running the conformance suite: pytest " + " ".join(command[3:]))
-        code = subprocess.call(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if no_real_node_reason:  # so the kubelet tests say why they skip
+            env[sessions.NO_REAL_NODE_ENV] = no_real_node_reason
+        code = subprocess.call(command, env=env)
         results = report.load_results(report_dir)
         summary = report.write(report_dir, results, cluster=facts.to_dict(), run={
             "backend": options.backend, "preset": options.preset or ("definition " + options.definition
@@ -89,12 +94,12 @@ def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
 
 
 def _cluster(options: ConformanceOptions, reporter: Reporter):
-    """(backend we started or None, cluster name, kubeconfig path)."""
+    """(backend we started or None, cluster name, kubeconfig path, why it has no real node or "")."""
     if options.backend == "existing":
         kubeconfig = options.kubeconfig or os.environ.get("KUBECONFIG")
         if not kubeconfig or not Path(kubeconfig).expanduser().is_file():
             raise HarnessError("--backend existing needs a kubeconfig file (--kubeconfig or $KUBECONFIG)")
-        return None, None, str(Path(kubeconfig).expanduser())
+        return None, None, str(Path(kubeconfig).expanduser()), ""
     if options.backend != "local":
         raise HarnessError(f"unknown backend {options.backend!r}", hint="use local or existing")
     from harness.backends.local import LocalBackend
@@ -104,9 +109,12 @@ def _cluster(options: ConformanceOptions, reporter: Reporter):
 
     definition = cluster_config.load(options.definition) if options.definition else None
     name = options.name or f"conformance-{time.strftime('%H%M%S')}-{os.getpid() % 1000}"
+    real_nodes, reason = sessions.resolve_real_nodes(options.real_nodes)
+    if reason and options.real_nodes == "auto":
+        reporter.info(f"no real node, the kubelet checks will skip: {reason}")
     backend = LocalBackend(reporter)
     info = backend.up(UpOptions(name=name, nodes=options.nodes, preset=options.preset,
-                                feature_gates=options.feature_gates, definition=definition,
+                                feature_gates=options.feature_gates, definition=definition, real_nodes=real_nodes,
                                 versions=options.versions or Versions(), binaries_dir=options.binaries_dir))
     reporter.info(f"cluster {name!r} is up: {info.server}")
-    return backend, name, str(info.kubeconfig)
+    return backend, name, str(info.kubeconfig), reason

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -40,6 +41,9 @@ class SessionOptions:
     real_nodes: str = "auto"  # local backend: "auto" (1 where the machine can host one, else 0) or a count
 
 
+NO_REAL_NODE_ENV = "DRA_HARNESS_NO_REAL_NODE_REASON"  # set by `dra-harness run` for the suite it starts
+
+
 def resolve_real_nodes(value: str) -> tuple[int, str]:
     """How many real nodes to start for `--dra-real-nodes value`, and why none when none."""
     from harness.backends.local.realnode import preflight
@@ -49,7 +53,7 @@ def resolve_real_nodes(value: str) -> tuple[int, str]:
             count = int(value)
         except ValueError:
             raise HarnessError(f"--dra-real-nodes {value!r}: not a number", hint="use auto, 0, 1, ...") from None
-        return count, "" if count else "--dra-real-nodes 0"
+        return count, "" if count else "no real node was asked for (real nodes: 0)"
     problems = preflight.problems()
     return (0, "this machine cannot run a real node: " + "; ".join(problems)) if problems else (1, "")
 
@@ -100,7 +104,8 @@ def _start_or_attach(options: SessionOptions, run_id: str) -> tuple[ClusterInfo,
     if options.backend == "existing":
         if not options.kubeconfig:
             raise HarnessError("--dra-backend existing needs --kubeconfig (or the KUBECONFIG variable)")
-        return existing_cluster(options.kubeconfig), False
+        info = existing_cluster(options.kubeconfig)
+        return dataclasses.replace(info, real_nodes_reason=os.environ.get(NO_REAL_NODE_ENV, "")), False
     if options.backend == "kind":
         from harness.backends.kind import KindBackend, KindUpOptions
         from harness.progress import Reporter

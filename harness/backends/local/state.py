@@ -81,6 +81,17 @@ def all_names() -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
+def find_by_kubeconfig(kubeconfig: Path | str) -> ClusterState | None:
+    """The local cluster whose admin kubeconfig this is (a suite run with `--dra-backend existing`
+    against a local cluster still finds its real nodes), or None."""
+    wanted = Path(kubeconfig).expanduser().resolve()
+    for name in all_names():
+        candidate = load(name)
+        if candidate.kubeconfig.resolve() == wanted:
+            return candidate
+    return None
+
+
 def reserved_ports(except_name: str | None = None) -> set[int]:
     ports: set[int] = set()
     for name in all_names():
