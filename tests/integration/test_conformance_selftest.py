@@ -31,7 +31,9 @@ def _run_checks(cluster, *args: str, timeout: float) -> subprocess.CompletedProc
      "did not publish a taint for an unhealthy device"),
 ])
 def test_suite_names_the_defect_of_a_broken_driver(dra_cluster, variant, failing_test, defect):
-    result = _run_checks(dra_cluster, "-q", f"--dra-fake-variant={variant}", timeout=300)
+    # The variants break what a driver publishes; the kubelet check would fail too (an incomplete pool
+    # cannot be allocated), but after its timeout and under another name: leave it out here.
+    result = _run_checks(dra_cluster, "-q", "-k", "not kubelet", f"--dra-fake-variant={variant}", timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
     failed = [line for line in output.splitlines() if line.startswith("FAILED")]
