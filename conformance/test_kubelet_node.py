@@ -81,6 +81,15 @@ def node_driver(k8s: Clients, real_node, fake_driver, dra_namespace):
     return fake
 
 
+def _prepared_pod(k8s: Clients, namespace: str, node: str, pod: str):
+    """Start a shell pod with a claim from `one-gpu` on the real node; (claim, driver) once the
+    container has printed its environment (so the claim was prepared and injected)."""
+    k8s.core.create_namespaced_pod(namespace, shell_pod(pod, node, "one-gpu"))
+    printed_env(k8s, namespace, pod, timeout=90)
+    claim = checks.pod_claim(k8s, namespace, pod)
+    return claim, claim.status.allocation.devices.results[0].driver
+
+
 def _wait_gone(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> None:
     wait.until(f"pod {pod} to be gone (the kubelet confirms only after unprepare)",
                lambda: pod not in {p.metadata.name for p in k8s.core.list_namespaced_pod(namespace).items},
@@ -116,10 +125,7 @@ def test_prepared_pod_sees_exactly_its_devices(k8s: Clients, dra_namespace, real
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
 def test_unprepare_cleans_up_when_the_pod_goes(k8s: Clients, dra_namespace, real_node, node_driver):
     ns = dra_namespace
-    k8s.core.create_namespaced_pod(ns, shell_pod("goes", real_node.name, "one-gpu"))
-    printed_env(k8s, ns, "goes", timeout=90)
-    claim = checks.pod_claim(k8s, ns, "goes")
-    driver = claim.status.allocation.devices.results[0].driver
+    claim, driver = _prepared_pod(k8s, ns, real_node.name, "goes")
     assert len(real_node.cdi_specs(driver)) == 1
 
     k8s.core.delete_namespaced_pod("goes", ns)
@@ -166,10 +172,7 @@ def test_device_health_reaches_allocated_resources_status(k8s: Clients, dra_name
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
 def test_driver_restart_keeps_prepared_claims(k8s: Clients, dra_namespace, real_node, node_driver):
     ns = dra_namespace
-    k8s.core.create_namespaced_pod(ns, shell_pod("survivor", real_node.name, "one-gpu"))
-    printed_env(k8s, ns, "survivor", timeout=90)
-    claim = checks.pod_claim(k8s, ns, "survivor")
-    driver = claim.status.allocation.devices.results[0].driver
+    _, driver = _prepared_pod(k8s, ns, real_node.name, "survivor")
 
     real_node.restart(driver, kill=True)  # a crash: no clean shutdown, state only in the checkpoint
     pod = k8s.core.read_namespaced_pod("survivor", ns)

@@ -22,6 +22,15 @@ def _run_checks(cluster, *args: str, timeout: float) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=timeout)
 
 
+def _vendor_file(tmp_path: Path, drivers: list[str], **spec: str) -> Path:
+    """A VendorDriver file naming `drivers`, with further spec fields given as YAML text."""
+    config = tmp_path / "vendor.yaml"
+    extra = "".join(f"  {key}: {value}\n" for key, value in spec.items())
+    config.write_text("apiVersion: dra-harness.x-k8s.io/v1alpha1\nkind: VendorDriver\nmetadata: {name: acme}\n"
+                      f"spec:\n  drivers: [{', '.join(drivers)}]\n{extra}")
+    return config
+
+
 @pytest.mark.parametrize("variant, failing_test, defect", [
     ("wrong-numa-type", "standard attributes have standard types",
      "resource.kubernetes.io/numaNode must be of type int, is string"),
@@ -50,16 +59,8 @@ def test_vendor_mode_checks_a_driver_as_it_is(dra_cluster, fake_driver, simulate
     """A driver the suite did not start (here: a fake-driver instance standing in for a vendor's),
     described by a VendorDriver file: its slices are checked, fake-only tests are skipped with the reason."""
     vendor = fake_driver({simulated_node: "dgx-h100"})
-    config = tmp_path / "vendor.yaml"
-    config.write_text(f"""
-apiVersion: dra-harness.x-k8s.io/v1alpha1
-kind: VendorDriver
-metadata: {{name: acme}}
-spec:
-  drivers: [{vendor.drivers.gpu}, {vendor.drivers.nic}, {vendor.drivers.storage}]
-  deviceClasses: {{gpu: {vendor.config.instance}-gpu}}
-  features: [DRADeviceTaints]
-""")
+    config = _vendor_file(tmp_path, [vendor.drivers.gpu, vendor.drivers.nic, vendor.drivers.storage],
+                          deviceClasses=f"{{gpu: {vendor.config.instance}-gpu}}", features="[DRADeviceTaints]")
     result = _run_checks(dra_cluster, "-v", "-rs", f"--dra-driver-config={config}", timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
@@ -69,14 +70,7 @@ spec:
 
 def test_vendor_mode_reports_the_defects_of_a_bad_driver(dra_cluster, fake_driver, simulated_node, tmp_path):
     vendor = fake_driver({simulated_node: "a100-mig"}, variant="bad-counters")
-    config = tmp_path / "vendor.yaml"
-    config.write_text(f"""
-apiVersion: dra-harness.x-k8s.io/v1alpha1
-kind: VendorDriver
-metadata: {{name: acme}}
-spec:
-  drivers: [{vendor.drivers.gpu}]
-""")
+    config = _vendor_file(tmp_path, [vendor.drivers.gpu])
     result = _run_checks(dra_cluster, "-q", f"--dra-driver-config={config}", timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
@@ -101,16 +95,8 @@ def test_vendor_mode_checks_the_node_half_where_a_kubelet_runs(dra_cluster, fake
 
     vendor = fake_driver({real_node.name: "tiny"})
     real_node.run_for(vendor)
-    config = tmp_path / "vendor.yaml"
-    config.write_text(f"""
-apiVersion: dra-harness.x-k8s.io/v1alpha1
-kind: VendorDriver
-metadata: {{name: acme}}
-spec:
-  drivers: [{vendor.drivers.gpu}]
-  deviceClasses: {{gpu: {vendor.config.instance}-gpu}}
-  testImage: {images.PAUSE_IMAGE}
-""")
+    config = _vendor_file(tmp_path, [vendor.drivers.gpu], deviceClasses=f"{{gpu: {vendor.config.instance}-gpu}}",
+                          testImage=images.PAUSE_IMAGE)
     result = _run_checks(dra_cluster, "-v", "-rs", "-k", "kubelet", f"--dra-driver-config={config}", timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]

@@ -81,9 +81,7 @@ def test_real_node_runs_a_container_and_goes_without_trace(real_node_machine, dr
             # the API server from this kubelet.
             clients.core.create_namespaced_pod("default", _shell_pod(
                 "hello", record.name, "echo hello from $(hostname); cat /proc/self/cgroup"))
-            wait.until("pod hello to succeed",
-                       lambda: clients.core.read_namespaced_pod("hello", "default").status.phase == "Succeeded", 90,
-                       diagnostics=lambda: wait.describe_namespace(clients, "default"))
+            wait.pod_phase(clients, "default", "hello", "Succeeded", timeout=90)
             logs = clients.core.read_namespaced_pod_log("hello", "default")
             assert "hello from hello" in logs
             if cgroups.layout() != "v2":  # v1 shows full cgroup paths inside the container
@@ -105,9 +103,7 @@ def test_crashed_real_node_is_found_and_cleaned_by_the_next_up(real_node_machine
     clients = Clients(info.kubeconfig)
     try:
         clients.core.create_namespaced_pod("default", _shell_pod("sleeper", record.name, "exec sleep 3600"))
-        wait.until("pod sleeper to run",
-                   lambda: clients.core.read_namespaced_pod("sleeper", "default").status.phase == "Running", 90,
-                   diagnostics=lambda: wait.describe_namespace(clients, "default"))
+        wait.pod_phase(clients, "default", "sleeper", "Running", timeout=90)
     finally:
         clients.close()
     assert cgroups.pids(record.id), "the running pod's processes should be in the node's cgroups"
