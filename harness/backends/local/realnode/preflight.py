@@ -37,11 +37,10 @@ def problems() -> list[str]:
         path = host.sysctl_path(name)
         if path.exists() and not os.access(path, os.W_OK):
             found.append(f"{path} is read-only here: the kubelet must be able to set {name}")
-    try:
-        node_root().mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        found.append(f"cannot create the node directory root {node_root()}: {err.strerror} "
-                     f"(set DRA_HARNESS_NODE_ROOT to a short writable path)")
+    existing = next(p for p in [node_root(), *node_root().parents] if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK):  # checked without creating anything
+        found.append(f"cannot create the node directory root {node_root()} ({existing} is not a writable "
+                     f"directory; set DRA_HARNESS_NODE_ROOT to a short writable path)")
     return found
 
 

@@ -18,7 +18,7 @@ import psutil
 
 from harness.backends.local import process
 from harness.backends.local.realnode import cgroups, host, network
-from harness.backends.local.realnode.layout import RealNodeRecord, records
+from harness.backends.local.realnode.layout import RealNodeRecord, node_root, records
 
 GRACE_SECONDS = 5.0
 
@@ -100,6 +100,10 @@ def teardown_all(cluster_dir: Path, cluster_name: str, cluster_data: dict) -> li
     for node in nodes:
         leftovers += teardown(cluster_dir, node)
     leftovers += host.release(cluster_name)
+    try:
+        node_root().rmdir()  # only when no other cluster's node lives there
+    except OSError:
+        pass
     return leftovers
 
 
