@@ -52,7 +52,7 @@ def resolve_real_nodes(value: str) -> tuple[int, str]:
         try:
             count = int(value)
         except ValueError:
-            raise HarnessError(f"--dra-real-nodes {value!r}: not a number", hint="use auto, 0, 1, ...") from None
+            raise HarnessError(f"real nodes {value!r}: not a number", hint="use auto, 0, 1, ...") from None
         return count, "" if count else "no real node was asked for (real nodes: 0)"
     problems = preflight.problems()
     return (0, "this machine cannot run a real node: " + "; ".join(problems)) if problems else (1, "")

@@ -37,6 +37,10 @@ class Result:
 # (id, arguments, text that locates the problem in stderr)
 BAD_INPUT = [
     ("bad-name", ["cluster", "up", "--name", "Bad_Name"], ["--name: Bad_Name", "not a valid cluster name"]),
+    ("too-many-real-nodes", ["cluster", "up", "--real-nodes", "9"], ["--real-nodes: 9", "0 to 4"]),
+    ("real-nodes-on-kind", ["cluster", "up", "--backend", "kind", "--real-nodes", "1"],
+     ["--real-nodes: 1", "not used by --backend kind"]),
+    ("bad-real-nodes-count", ["conformance", "run", "--real-nodes", "many"], ["real nodes 'many'", "not a number"]),
     ("bad-gate-value", ["cluster", "up", "--feature-gates", "Foo=maybe"], ["--feature-gates: Foo", "not a boolean"]),
     ("dependency", ["cluster", "up", "--feature-gates", "GenericWorkload=false"],
      ["DRAWorkloadResourceClaims", "needs GenericWorkload"]),

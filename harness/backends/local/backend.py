@@ -22,7 +22,7 @@ from harness.backends.local.realnode import node as realnode
 from harness.backends.local.realnode import preflight, teardown
 from harness.binaries import noderuntime
 from harness.config import featuregates
-from harness.config.cluster import ClusterDefinition
+from harness.config.cluster import MAX_REAL_NODES, ClusterDefinition
 from harness.errors import ComponentError, ConfigError, HarnessError, Problem
 from harness.k8s.client import Clients, https_get, tls_context
 from harness.progress import Reporter
@@ -83,8 +83,9 @@ class LocalBackend(Backend):
         name = state.validate_name(options.name)
         if options.nodes < 0:
             raise ConfigError([Problem("--nodes", str(options.nodes), "must be 0 or more")])
-        if options.real_nodes < 0:
-            raise ConfigError([Problem("--real-nodes", str(options.real_nodes), "must be 0 or more")])
+        if not 0 <= options.real_nodes <= MAX_REAL_NODES:
+            raise ConfigError([Problem("--real-nodes", str(options.real_nodes), "out of range",
+                                       f"0 to {MAX_REAL_NODES} (each runs a kubelet and containerd on this machine)")])
         real_specs = realnode_specs(options)
         if real_specs:
             problems = preflight.problems()
