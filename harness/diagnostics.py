@@ -34,7 +34,9 @@ def collect(item, report_dir: str | None) -> str | None:
     if cluster is not None:
         from harness.backends.local import process, state
 
-        logs = state.cluster_dir(cluster.name) / "logs"
+        # Also under `--dra-backend existing` pointed at a local cluster (what `dra-harness run` does).
+        local = state.find_by_kubeconfig(cluster.kubeconfig)
+        logs = (local.directory if local else state.cluster_dir(cluster.name)) / "logs"
         for log in sorted(logs.glob("*.log")) if logs.is_dir() else []:
             parts.append(f"--- last lines of {log} ---\n{process.tail(log, 30)}")
     text = "\n\n".join(parts)
