@@ -101,3 +101,32 @@ def test_vendor_mode_checks_the_node_half_where_a_kubelet_runs(dra_cluster, fake
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "test_kubelet_prepares_and_unprepares_the_drivers_claims PASSED" in output, output[-3000:]
+
+
+def test_a_failure_on_the_real_node_is_explained_by_the_diagnostics(dra_cluster, real_node, tmp_path):
+    """A test that fails on the real node leaves a diagnostics file with its namespace's pods and
+    events and the tails of the node's component logs (kubelet, containerd), also when the suite
+    runs with `--dra-backend existing` against a local cluster, as `dra-harness run` does."""
+    failing = tmp_path / "test_fails_on_the_real_node.py"
+    failing.write_text(f'''
+from harness import wait
+
+
+def test_pod_that_cannot_start(k8s, dra_namespace):
+    k8s.core.create_namespaced_pod(dra_namespace, {{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "nope"}},
+        "spec": {{"nodeSelector": {{"kubernetes.io/hostname": "{real_node.name}"}},
+                  "tolerations": [{{"operator": "Exists"}}],
+                  "containers": [{{"name": "main", "image": "dra-harness.local/no-such-image:1",
+                                   "imagePullPolicy": "Never"}}]}}}})
+    wait.pod_phase(k8s, dra_namespace, "nope", "Running", timeout=5)
+''')
+    report = tmp_path / "report"
+    result = subprocess.run([sys.executable, "-m", "pytest", str(failing), "-p", "no:cacheprovider", "-q",
+                             "--dra-backend=existing", f"--kubeconfig={dra_cluster.kubeconfig}",
+                             f"--dra-report-dir={report}"], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path)
+    assert result.returncode == 1, (result.stdout + result.stderr)[-3000:]
+    [diagnostics] = list((report / "diagnostics").glob("*.txt"))
+    text = diagnostics.read_text()
+    assert "ErrImageNeverPull" in text, text[:3000]  # the pod's own reason, from the kubelet
+    assert f"kubelet-{real_node.name}.log ---" in text and f"containerd-{real_node.name}.log ---" in text
