@@ -36,7 +36,7 @@ from harness.k8s.client import Clients  # noqa: E402
 from harness.progress import Reporter  # noqa: E402
 
 from conformance import objects  # noqa: E402
-from conformance.test_kubelet_node import DONE, shell_pod  # noqa: E402
+from harness.backends.local.realnode import images  # noqa: E402
 
 
 def _summary(values: list[float]) -> dict:
@@ -110,11 +110,13 @@ def pods(count: int, reporter: Reporter) -> dict:
             for i in range(count):
                 pod = f"p-{i}"
                 started = time.monotonic()
-                clients.core.create_namespaced_pod(ns, shell_pod(pod, node.name, "one-gpu"))
+                clients.core.create_namespaced_pod(ns, objects.pod_on_node(pod, node.name, images.SHELL_IMAGE,
+                                                                          command=objects.PRINT_DRA_ENV,
+                                                                          claim_template="one-gpu"))
                 wait.until(f"{pod} running", lambda: clients.core.read_namespaced_pod(pod, ns).status.phase == "Running",
                            120, interval=0.02)
                 running.append(time.monotonic() - started)
-                wait.until(f"{pod} printed", lambda: DONE in (clients.core.read_namespaced_pod_log(pod, ns) or ""),
+                wait.until(f"{pod} printed", lambda: objects.ENV_DONE in (clients.core.read_namespaced_pod_log(pod, ns) or ""),
                            60, interval=0.02)
                 printed.append(time.monotonic() - started)
                 started = time.monotonic()

@@ -385,3 +385,19 @@ def every_node_says(message: str, reason: str, nodes: list[str]) -> bool:
 
     match = re.search(rf"(\d+) {re.escape(reason)}(?:[.,]|$)", message)
     return bool(match) and message.startswith("0/") and int(match[1]) >= len(nodes)
+
+
+def kubelet_dra_metrics(k8s: Clients, node: str, driver: str) -> dict[str, float]:
+    """The kubelet's own DRA metrics on `node`: `in_use`, the claims of `driver` it holds prepared
+    (dra_resource_claims_in_use), and the counts of successful and failed Prepare/Unprepare calls
+    (`PrepareResources`, `PrepareResources-error`, ...; all drivers: the kubelet does not label
+    those by driver)."""
+    values = {"in_use": 0.0}
+    for line in k8s.get_raw(f"/api/v1/nodes/{node}/proxy/metrics").splitlines():
+        if line.startswith("dra_resource_claims_in_use{") and f'driver_name="{driver}"' in line:
+            values["in_use"] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("dra_operations_duration_seconds_count{"):
+            operation = line.split('operation_name="', 1)[1].split('"', 1)[0]
+            key = operation + ("-error" if 'is_error="true"' in line else "")
+            values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return values

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from harness.backends.local.realnode.kubelet import TAINT_KEY as REAL_NODE_TAINT_KEY
+
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 
@@ -198,3 +200,28 @@ def admin_request(device_class_name: str, *, name: str = "gpu", selectors: list[
     result = request(device_class_name, name=name, selectors=selectors)
     result["exactly"]["adminAccess"] = True
     return result
+
+
+# --- pods on a node run by a real kubelet ----------------------------------------------------------
+
+ENV_DONE = "--- env done ---"
+# A container that prints its DRA_* environment (what CDI injected), marks the end, then waits.
+PRINT_DRA_ENV = ["sh", "-c", f"env | grep '^DRA_' | sort; echo '{ENV_DONE}'; exec sleep 3600"]
+
+
+def pod_on_node(name: str, node: str, image: str, *, command: list[str] | None = None,
+                claim_template: str | None = None, pull_policy: str = "Never", restart_policy: str | None = None) -> dict:
+    """A one-container pod pinned to `node` (tolerating the real-node taint), optionally using one
+    claim entry `gpu` from `claim_template`."""
+    container: dict = {"name": "main", "image": image, "imagePullPolicy": pull_policy}
+    if command:
+        container["command"] = list(command)
+    spec: dict = {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 1,
+                  "tolerations": [{"key": REAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+                  "containers": [container]}
+    if claim_template:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": claim_template}]
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+    if restart_policy:
+        spec["restartPolicy"] = restart_policy
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import driver_checks
+from conformance import checks, driver_checks, objects
 from fake_devices import faults, render
 from harness import wait
 
@@ -50,21 +50,6 @@ def test_device_fault_is_published_as_a_taint(driver_under_test, k8s, dra_namesp
 
 # --- where a kubelet runs: the driver's node half ------------------------------------------------
 
-def _kubelet_counters(k8s, node: str, driver: str) -> dict[str, float]:
-    """The kubelet's own DRA metrics on `node`: claims of `driver` in use, and successful and failed
-    Prepare/Unprepare calls (all drivers: the kubelet does not label those by driver)."""
-    values = {"in_use": 0.0}
-    for line in k8s.get_raw(f"/api/v1/nodes/{node}/proxy/metrics").splitlines():
-        if line.startswith("dra_resource_claims_in_use{") and f'driver_name="{driver}"' in line:
-            values["in_use"] = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("dra_operations_duration_seconds_count{"):
-            operation = line.split('operation_name="', 1)[1].split('"', 1)[0]
-            error = 'is_error="true"' in line
-            key = f"{operation}{'-error' if error else ''}"
-            values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
-    return values
-
-
 @pytest.fixture
 def kubelet_target(request, k8s, cluster_facts, dra_namespace):
     """(driver, device class, node, image, container command) for a pod the kubelet must prepare: the
@@ -97,26 +82,16 @@ def test_kubelet_prepares_and_unprepares_the_drivers_claims(k8s, dra_namespace, 
     """A pod with a claim on the driver's devices starts on a kubelet node (NodePrepareResources
     succeeded) and the kubelet counts the prepared claim; deleting the pod unprepares it (count back,
     no failed call). Judged from the kubelet's own metrics, so it holds for any driver."""
-    from conformance import checks, objects
-    from harness.backends.local.realnode.kubelet import TAINT_KEY
-
     driver, device_class, node, image, command = kubelet_target
     ns = dra_namespace
-    before = _kubelet_counters(k8s, node, driver)
+    before = checks.kubelet_dra_metrics(k8s, node, driver)
     k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one", device_class))
-    container = {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
-                 "resources": {"claims": [{"name": "dev"}]}}
-    if command:
-        container["command"] = command
-    k8s.core.create_namespaced_pod(ns, {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "prepared"},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 1,
-                 "tolerations": [{"key": TAINT_KEY, "operator": "Exists"}],
-                 "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one"}], "containers": [container]}})
+    k8s.core.create_namespaced_pod(ns, objects.pod_on_node("prepared", node, image, command=command,
+                                                          claim_template="one", pull_policy="IfNotPresent"))
     checks.running(k8s, ns, "prepared", timeout=120)
-    claim = checks.pod_claim(k8s, ns, "prepared", claim="dev")
+    claim = checks.pod_claim(k8s, ns, "prepared")
     assert {r.driver for r in claim.status.allocation.devices.results} == {driver}
-    during = _kubelet_counters(k8s, node, driver)
+    during = checks.kubelet_dra_metrics(k8s, node, driver)
     assert during["in_use"] == before["in_use"] + 1, (before, during)
     assert during.get("PrepareResources", 0) > before.get("PrepareResources", 0)
 
@@ -124,7 +99,7 @@ def test_kubelet_prepares_and_unprepares_the_drivers_claims(k8s, dra_namespace, 
     wait.until("pod prepared to be gone (after NodeUnprepareResources)",
                lambda: not k8s.core.list_namespaced_pod(ns).items, 120,
                diagnostics=lambda: wait.describe_namespace(k8s, ns))
-    after = _kubelet_counters(k8s, node, driver)
+    after = checks.kubelet_dra_metrics(k8s, node, driver)
     assert after["in_use"] == before["in_use"], (before, after)
     assert after.get("UnprepareResources", 0) > during.get("UnprepareResources", 0)
     assert after.get("PrepareResources-error", 0) == before.get("PrepareResources-error", 0)

@@ -7,7 +7,6 @@ Every test uses an extended resource name of its own, so parallel tests never sh
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 import pytest

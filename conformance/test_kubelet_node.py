@@ -17,26 +17,19 @@ from kubernetes.client.rest import ApiException
 from conformance import checks, objects
 from fake_devices import faults
 from harness import wait
-from harness.backends.local.realnode import images, kubelet
+from harness.backends.local.realnode import images
 from harness.k8s.client import Clients
 
 pytestmark = [pytest.mark.needs_kubelet, pytest.mark.fake_devices]
 
 FAULT_KEY = "dra-harness.x-k8s.io/fault"
 ENV_LINE = re.compile(r"^(DRA_[A-Z0-9_]+)=(.*)$")
-DONE = "--- env done ---"
 
 
-def shell_pod(name: str, node: str, claim_template: str, *, command: str | None = None) -> dict:
+def shell_pod(name: str, node: str, claim_template: str) -> dict:
     """A pod on the real node whose container prints its DRA_* environment, then waits."""
-    script = command or f"env | grep '^DRA_' | sort; echo '{DONE}'; exec sleep 3600"
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
-                     "tolerations": [{"key": kubelet.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": claim_template}],
-                     "containers": [{"name": "main", "image": images.SHELL_IMAGE, "imagePullPolicy": "Never",
-                                     "command": ["sh", "-c", script], "resources": {"claims": [{"name": "gpu"}]}}],
-                     "terminationGracePeriodSeconds": 1}}
+    return objects.pod_on_node(name, node, images.SHELL_IMAGE, command=objects.PRINT_DRA_ENV,
+                               claim_template=claim_template)
 
 
 def printed_env(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> dict[str, str]:
@@ -48,7 +41,7 @@ def printed_env(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> 
             if err.status == 400:  # the container has not started yet
                 return None
             raise
-        return text if DONE in text else None
+        return text if objects.ENV_DONE in text else None
 
     text = wait.until(f"pod {pod} to print its environment", logs, timeout,
                       diagnostics=lambda: wait.describe_namespace(k8s, namespace))
@@ -59,15 +52,6 @@ def devices_in_env(env: dict[str, str]) -> set[tuple[str, str, str, str]]:
     """(driver, pool, device, claim uid) of every device the CDI edits describe."""
     prefixes = {key[:-len("_CLAIM_UID")] for key in env if key.endswith("_CLAIM_UID")}
     return {(env[f"{p}_DRIVER"], env[f"{p}_POOL"], env[f"{p}_DEVICE"], env[f"{p}_CLAIM_UID"]) for p in prefixes}
-
-
-def claims_in_use(k8s: Clients, node: str, driver: str) -> float:
-    """The kubelet's own count of prepared claims of `driver` (metric dra_resource_claims_in_use)."""
-    text = k8s.get_raw(f"/api/v1/nodes/{node}/proxy/metrics")
-    for line in text.splitlines():
-        if line.startswith("dra_resource_claims_in_use{") and f'driver_name="{driver}"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 @pytest.fixture
@@ -119,7 +103,7 @@ def test_prepared_pod_sees_exactly_its_devices(k8s: Clients, dra_namespace, real
     # The kubelet prepared it through the plugin: one CDI spec, for this claim, and the kubelet's count.
     specs = real_node.cdi_specs(results[0].driver)
     assert len(specs) == 1 and claim.metadata.uid in specs[0].name
-    assert claims_in_use(k8s, real_node.name, results[0].driver) == 1
+    assert checks.kubelet_dra_metrics(k8s, real_node.name, results[0].driver)["in_use"] == 1
 
 
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
@@ -132,7 +116,7 @@ def test_unprepare_cleans_up_when_the_pod_goes(k8s: Clients, dra_namespace, real
     _wait_gone(k8s, ns, "goes")
     # NodeUnprepareResources ran: the CDI spec is gone and the kubelet counts no prepared claim.
     assert real_node.cdi_specs(driver) == []
-    assert claims_in_use(k8s, real_node.name, driver) == 0
+    assert checks.kubelet_dra_metrics(k8s, real_node.name, driver)["in_use"] == 0
     checks.claim_deleted(k8s, ns, claim.metadata.name)
 
 

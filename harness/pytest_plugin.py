@@ -277,16 +277,10 @@ def real_node(dra_cluster: ClusterInfo, k8s: Clients, dra_namespace: str):
 
 def _delete_pods_and_wait(k8s: Clients, namespace: str, timeout: float = 90.0) -> None:
     """Delete a namespace's pods gracefully (never forced: the kubelet must unprepare) and wait."""
-    from kubernetes.client.rest import ApiException
-
     from harness import wait
 
     for pod in k8s.core.list_namespaced_pod(namespace).items:
-        try:
-            k8s.core.delete_namespaced_pod(pod.metadata.name, namespace)
-        except ApiException as err:
-            if err.status != 404:  # already gone is fine
-                raise
+        wait.ignore_not_found(k8s.core.delete_namespaced_pod, pod.metadata.name, namespace)
     wait.until(f"the pods of {namespace} to be gone", lambda: not k8s.core.list_namespaced_pod(namespace).items,
                timeout, diagnostics=lambda: wait.describe_namespace(k8s, namespace))
 

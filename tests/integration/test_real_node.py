@@ -12,6 +12,7 @@ import sys
 import psutil
 import pytest
 
+from conformance import objects
 from harness import wait
 from harness.backends.local import LocalBackend, process, state
 from harness.backends.local.backend import UpOptions
@@ -53,11 +54,7 @@ def _assert_machine_clean(name: str, record, before: dict) -> None:
 
 
 def _shell_pod(name: str, node: str, script: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "restartPolicy": "Never",
-                     "tolerations": [{"key": kubelet.TAINT_KEY, "operator": "Exists"}],
-                     "containers": [{"name": "main", "image": images.SHELL_IMAGE, "imagePullPolicy": "Never",
-                                     "command": ["sh", "-c", script]}]}}
+    return objects.pod_on_node(name, node, images.SHELL_IMAGE, command=["sh", "-c", script], restart_policy="Never")
 
 
 def test_real_node_runs_a_container_and_goes_without_trace(real_node_machine, dra_run_id):

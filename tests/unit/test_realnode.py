@@ -167,14 +167,6 @@ def test_delete_bridge_reports_failure(monkeypatch):
     assert network.delete_bridge("drh-x") == []  # already gone
 
 
-def test_veths_on(monkeypatch):
-    monkeypatch.setattr(network.subprocess, "run", lambda argv, **kw: _completed(
-        argv, stdout='[{"ifname": "veth1"}, {"ifname": "veth2"}]'))
-    assert network.veths_on("drh-x") == ["veth1", "veth2"]
-    monkeypatch.setattr(network.subprocess, "run", lambda argv, **kw: _completed(argv, stdout="garbage"))
-    assert network.veths_on("drh-x") == []
-
-
 # --- host: iptables -----------------------------------------------------------------------------
 
 
@@ -352,7 +344,7 @@ def test_first_user_records_the_baseline_last_restores_it(machine):
     assert host.acquire("b") == first  # the machine already carries a's changes: keep the first baseline
     assert machine.snapshots == 1
     assert machine.record() == {"baseline": first, "users": ["a", "b"]}
-    assert host.baseline() == first
+    assert host._load().get("baseline", {}) == first
 
     assert host.release("a") == []
     assert machine.restored == []
@@ -361,7 +353,7 @@ def test_first_user_records_the_baseline_last_restores_it(machine):
     assert host.release("b") == []
     assert machine.restored == [first]
     assert not machine.record_file.exists()
-    assert host.baseline() == {}
+    assert host._load().get("baseline", {}) == {}
 
 
 def test_acquire_twice_by_one_cluster_is_one_user(machine):

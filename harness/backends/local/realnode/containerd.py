@@ -9,6 +9,7 @@ the CDI spec directory the kubelet plugin writes to. `imports = []` keeps the ma
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -80,8 +81,6 @@ def argv(dirs: NodeDirs, runtime: NodeRuntime) -> list[str]:
 
 
 def env(runtime: NodeRuntime) -> dict[str, str]:
-    import os
-
     # containerd finds its shim (containerd-shim-runc-v2) on PATH.
     return {"PATH": f"{runtime.directory}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
 

@@ -169,7 +169,3 @@ def release(cluster: str) -> list[str]:
         problems = restore(record.get("baseline", {}))
         _record_file().unlink(missing_ok=True)
         return problems
-
-
-def baseline() -> dict:
-    return _load().get("baseline", {})

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import tarfile
@@ -150,7 +151,6 @@ def build_pause(out: Path) -> Path:
     shutil.copy(source, work / "main.go")
     (work / "go.mod").write_text("module dra-harness.local/pause\n\ngo 1.22\n")
     env = {"CGO_ENABLED": "0", "GOFLAGS": "-trimpath -buildvcs=false", "GO111MODULE": "on"}
-    import os
     proc = subprocess.run(["go", "build", "-ldflags=-s -w", "-o", str(out), "."], cwd=work,
                           env={**os.environ, **env}, capture_output=True, text=True)
     shutil.rmtree(work, ignore_errors=True)

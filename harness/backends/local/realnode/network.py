@@ -85,15 +85,6 @@ def delete_bridge(name: str) -> list[str]:
     return [] if proc.returncode == 0 else [f"bridge {name}: {proc.stderr.strip()}"]
 
 
-def veths_on(name: str) -> list[str]:
-    """Interfaces still enslaved to the bridge (pods' host-side veths)."""
-    try:
-        data = json.loads(_ip("-j", "link", "show", "master", name, check=False).stdout or "[]")
-    except ValueError:
-        return []
-    return [entry["ifname"] for entry in data]
-
-
 def cni_conflist(network: str, bridge: str, subnet: ipaddress.IPv4Network, ipam_dir: Path) -> str:
     """The CNI configuration containerd reads: bridge + host-local IPAM, no masquerade, plus loopback."""
     config = {
@@ -108,3 +99,4 @@ def cni_conflist(network: str, bridge: str, subnet: ipaddress.IPv4Network, ipam_
         ],
     }
     return json.dumps(config, indent=2) + "\n"
+

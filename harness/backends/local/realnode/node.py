@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from harness.backends.local import kubeconfig, pki, ports, process, state
 from harness.backends.local.realnode import cgroups, containerd, host, images, kubelet, network
-from harness.backends.local.realnode.layout import RealNodeRecord, node_id, node_root, records
+from harness.backends.local.realnode.layout import RealNodeRecord, node_id, node_root
 from harness.binaries.noderuntime import NodeRuntime
 from harness.errors import ComponentError, HarnessError
 from harness.progress import Reporter
@@ -135,12 +135,3 @@ def _wait(ready, running: process.Running, timeout: float, what: str) -> None:
             raise ComponentError(running.name, f"not ready after {timeout:.0f}s ({what})", log_file=running.log,
                                  log_tail=process.tail(running.log))
         time.sleep(0.2)
-
-
-def find(cluster_data: dict, name: str | None = None) -> RealNodeRecord:
-    nodes = records(cluster_data)
-    for record in nodes:
-        if name is None or record.name == name:
-            return record
-    raise HarnessError(f"cluster {cluster_data.get('name')!r} has no real node{f' named {name!r}' if name else ''}",
-                       hint="start one with `dra-harness cluster up --real-nodes 1`")

@@ -49,22 +49,3 @@ def _filesystems() -> str:
         return Path("/proc/filesystems").read_text()
     except OSError:
         return ""
-
-
-def facts() -> dict[str, str]:
-    """What this machine offers a real node, for `cluster up` output and the docs' troubleshooting."""
-    from harness.backends.local.realnode.images import find_busybox
-
-    return {"cgroups": cgroups.layout(), "runc": str(noderuntime.find_runc()),
-            "cni": str(noderuntime.find_cni_dir()), "busybox": str(find_busybox()),
-            "capSysResource": str(_has_cap_sys_resource())}
-
-
-def _has_cap_sys_resource() -> bool:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("CapBnd:"):
-                return bool(int(line.split()[1], 16) & (1 << 24))
-    except (OSError, ValueError):
-        pass
-    return False
