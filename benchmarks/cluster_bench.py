@@ -22,7 +22,7 @@ import time
 
 import psutil
 
-from harness import binaries
+from harness import binaries, conditions
 from harness.backends.local import LocalBackend, nodes, process, state
 from harness.backends.local.backend import UpOptions
 from harness.binaries import manifest
@@ -93,13 +93,15 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[10, 1000])
     parser.add_argument("--settle", type=float, default=30.0)
     args = parser.parse_args()
-    if args.what == "start":
-        result = bench_start(args.runs)
-    elif args.what == "nodes":
-        result = bench_nodes(args.nodes, args.settle)
-    else:
-        result = bench_verify()
-    print(json.dumps({args.what: result}, indent=2))
+    with conditions.Measure() as window:  # what else ran on the machine meanwhile
+        if args.what == "start":
+            result = bench_start(args.runs)
+        elif args.what == "nodes":
+            result = bench_nodes(args.nodes, args.settle)
+        else:
+            result = bench_verify()
+    print(json.dumps({args.what: result, "conditions": window.result}, indent=2))
+    print(conditions.describe(window.result), file=sys.stderr)
 
 
 if __name__ == "__main__":

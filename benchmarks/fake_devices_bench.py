@@ -2,6 +2,10 @@
 
     .venv/bin/python benchmarks/fake_devices_bench.py publish [--nodes 1000] [--profile dgx-h100] [--faults 50]
 
+Also the slice-publishing scenario beside upstream's PublishResourceSlices (N nodes' ResourceSlices
+published and visible in the API server, with the time for N nodes to be Ready and the memory of every
+cluster component afterwards); `--faults 0` skips the fault part.
+
 Starts a local cluster with no nodes, creates N KWOK nodes labelled with the profile, then starts the
 fake driver as its own process (`python -m fake_devices`) and times it until it reports every slice
 published; checks the count against the renderer; samples the driver's RSS. Then injects --faults
@@ -21,9 +25,11 @@ import time
 
 import kubernetes
 import psutil
+from cluster_bench import rss_by_component  # benchmarks/ is the script's directory
 
 from fake_devices import config as driver_config
 from fake_devices import faults, profile, render
+from harness import conditions
 from harness.backends.local import LocalBackend, nodes, state
 from harness.backends.local.backend import UpOptions
 from harness.config.cluster import ClusterDefinition, DriverSettings, NodePool
@@ -71,6 +77,7 @@ def bench_publish(node_count: int, profile_name: str, fault_count: int) -> dict:
         per_node = sum(len(s) for s in render.render_node(prof, "n", render.Drivers("bench.example.com")).values())
         published = len(clients.resource.list_resource_slice(label_selector="dra-harness.x-k8s.io/fake-driver-instance=bench").items)
         devices = sum(len(d) for d, _ in render.devices_by_driver(prof, "n", render.Drivers("x")).values()) * node_count
+        components_rss = rss_by_component(name)  # memory of the cluster holding every slice
 
         latencies = []
         rng = random.Random(1)
@@ -81,7 +88,6 @@ def bench_publish(node_count: int, profile_name: str, fault_count: int) -> dict:
             slice_name = render.slice_name(node, drivers.gpu, 0)
             current = clients.resource.read_resource_slice(slice_name).metadata.resource_version
             watch = kubernetes.watch.Watch()
-            t0 = time.monotonic()
             faults.set_fault(clients.core, "default", config.faults_configmap, node, device, "unhealthy")
             t_written = time.monotonic()
             for event in watch.stream(clients.resource.list_resource_slice, field_selector=f"metadata.name={slice_name}",
@@ -95,6 +101,7 @@ def bench_publish(node_count: int, profile_name: str, fault_count: int) -> dict:
         return {"nodes": node_count, "profile": profile_name, "nodes_ready_seconds": round(nodes_ready, 1),
                 "publish_seconds": round(publish_seconds, 1), "slices": published, "expected_slices": per_node * node_count,
                 "devices": devices, "driver_rss_mib": round(peak_rss / 2**20, 1),
+                "components_rss_mib": components_rss, "components_rss_total_mib": round(sum(components_rss.values()), 1),
                 "fault_to_taint_ms": {"n": len(latencies), "p50": round(1000 * statistics.median(latencies), 1),
                                       "p99": round(1000 * percentile(latencies, 99), 1),
                                       "max": round(1000 * max(latencies), 1)} if latencies else None}
@@ -113,7 +120,10 @@ def main() -> None:
     parser.add_argument("--profile", default="dgx-h100")
     parser.add_argument("--faults", type=int, default=50)
     args = parser.parse_args()
-    print(json.dumps({"publish": bench_publish(args.nodes, args.profile, args.faults)}, indent=2))
+    with conditions.Measure() as window:  # what else ran on the machine meanwhile
+        result = bench_publish(args.nodes, args.profile, args.faults)
+    print(json.dumps({"publish": result, "conditions": window.result}, indent=2))
+    print(conditions.describe(window.result), file=sys.stderr)
 
 
 if __name__ == "__main__":

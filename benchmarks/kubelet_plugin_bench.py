@@ -28,7 +28,7 @@ import psutil
 
 from fake_devices import config as driver_config
 from fake_devices.controller import FakeDriver
-from harness import wirecompat
+from harness import conditions, wirecompat
 from harness.k8s.client import Clients
 from harness.progress import Reporter
 
@@ -117,8 +117,11 @@ def main() -> int:
     prepare.add_argument("--claims", type=int, default=1000)
     prepare.add_argument("--kubeconfig", default=None, help="use this cluster instead of starting one")
     args = parser.parse_args()
-    result = bench_prepare(args.claims, args.kubeconfig)
+    with conditions.Measure() as window:  # what else ran on the machine meanwhile
+        result = bench_prepare(args.claims, args.kubeconfig)
+    result["conditions"] = window.result
     print(json.dumps(result, indent=2))
+    print(conditions.describe(window.result), file=sys.stderr)
     return 0
 
 

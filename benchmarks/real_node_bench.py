@@ -25,18 +25,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from conformance import objects  # noqa: E402
 from fake_devices import config as driver_config  # noqa: E402
 from fake_devices.controller import FakeDriver  # noqa: E402
-from harness import wait  # noqa: E402
+from harness import conditions, wait  # noqa: E402
 from harness.backends.local import LocalBackend, state  # noqa: E402
 from harness.backends.local.backend import UpOptions  # noqa: E402
+from harness.backends.local.realnode import images  # noqa: E402
 from harness.backends.local.realnode.layout import records  # noqa: E402
 from harness.backends.local.realnode.plugins import NodePlugins  # noqa: E402
 from harness.k8s.client import Clients  # noqa: E402
 from harness.progress import Reporter  # noqa: E402
-
-from conformance import objects  # noqa: E402
-from harness.backends.local.realnode import images  # noqa: E402
 
 
 def _summary(values: list[float]) -> dict:
@@ -144,8 +143,11 @@ def main() -> int:
     if not (1 <= args.starts <= 20 and 1 <= args.pods <= 500):
         parser.error("--starts 1..20, --pods 1..500")
     reporter = Reporter()
-    result = {"starts": starts(args.starts, reporter), "pods": pods(args.pods, reporter)}
+    with conditions.Measure() as window:  # what else ran on the machine meanwhile
+        result = {"starts": starts(args.starts, reporter), "pods": pods(args.pods, reporter)}
+    result["conditions"] = window.result
     print(json.dumps(result, indent=2))
+    print(conditions.describe(window.result), file=sys.stderr)
     return 0
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from typing import Any
 
 import kubernetes
+from kubernetes.client.rest import ApiException
 
+from conformance.objects import ENV_DONE
 from harness import wait
 from harness.k8s.client import Clients
 
@@ -176,10 +180,10 @@ class PodHistory:
 
     def __init__(self, k8s: Clients, namespace: str):
         self.k8s, self.namespace = k8s, namespace
-        self.events: list[tuple[float, str, object]] = []  # (monotonic time, event type, pod)
+        self.events: list[tuple[float, str, Any]] = []  # (monotonic time, event type, pod)
         self._changed = threading.Condition()
         self._stop = threading.Event()
-        self._watch = None
+        self._watch: kubernetes.watch.Watch | None = None
         self._thread: threading.Thread | None = None
         self.error: Exception | None = None
 
@@ -222,7 +226,7 @@ class PodHistory:
             finally:
                 self._watch.stop()
 
-    def first(self, pod: str, predicate) -> tuple[float, object] | None:
+    def first(self, pod: str, predicate) -> tuple[float, Any] | None:
         """(arrival time, pod) of the first recorded change of `pod` with predicate(type, pod) true."""
         with self._changed:
             for arrived, kind, obj in self.events:
@@ -230,7 +234,7 @@ class PodHistory:
                     return arrived, obj
         return None
 
-    def wait_for(self, what: str, pod: str, predicate, timeout: float) -> tuple[float, object]:
+    def wait_for(self, what: str, pod: str, predicate, timeout: float) -> tuple[float, Any]:
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:
@@ -246,7 +250,7 @@ class PodHistory:
         raise wait.WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}\n"
                                + wait.describe_namespace(self.k8s, self.namespace))
 
-    def eviction(self, pod: str, timeout: float = 30) -> tuple[float, object]:
+    def eviction(self, pod: str, timeout: float = 30) -> tuple[float, Any]:
         """(arrival time, pod) of the first sign that `pod` is being evicted."""
         return self.wait_for(f"pod {pod} to be evicted", pod, is_evicted, timeout)
 
@@ -384,7 +388,7 @@ def every_node_says(message: str, reason: str, nodes: list[str]) -> bool:
     import re
 
     match = re.search(rf"(\d+) {re.escape(reason)}(?:[.,]|$)", message)
-    return bool(match) and message.startswith("0/") and int(match[1]) >= len(nodes)
+    return match is not None and message.startswith("0/") and int(match[1]) >= len(nodes)
 
 
 def kubelet_dra_metrics(k8s: Clients, node: str, driver: str) -> dict[str, float]:
@@ -401,3 +405,76 @@ def kubelet_dra_metrics(k8s: Clients, node: str, driver: str) -> dict[str, float
             key = operation + ("-error" if 'is_error="true"' in line else "")
             values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return values
+
+
+# a container waiting for one of these will not start without a change: fail at once, with it
+HOPELESS_WAITING = ("CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
+                    "CreateContainerConfigError", "CreateContainerError", "RunContainerError")
+
+
+def _container_problem(pod) -> str | None:
+    """Why the pod's containers are not running steadily (reason, exit code, restartCount), or None."""
+    for status in (pod.status.container_statuses or []) if pod.status else []:
+        state, last = status.state, status.last_state
+        if status.restart_count:
+            ended = last.terminated if last else None
+            detail = (f"last exit: {ended.reason} (exit code {ended.exit_code})" if ended
+                      else f"state {state.waiting.reason if state and state.waiting else 'restarting'}")
+            return f"container {status.name} restarted {status.restart_count} time(s); {detail}"
+        if state and state.terminated:
+            return (f"container {status.name} exited: {state.terminated.reason} (exit code "
+                    f"{state.terminated.exit_code}); restartCount {status.restart_count}")
+        if state and state.waiting and state.waiting.reason in HOPELESS_WAITING:
+            return (f"container {status.name} is waiting: {state.waiting.reason}: {state.waiting.message or ''} "
+                    f"(restartCount {status.restart_count})")
+    return None
+
+
+def containers_running(k8s: Clients, namespace: str, pod: str, timeout: float = 60, steady_for: float = 5):
+    """Wait until every container of `pod` has run, without a restart, for `steady_for` seconds of
+    our observation (a container that exits at once looks Running until the kubelet's next status
+    report); fail at once, with the container's reason, when one exited, restarted or waits for
+    something that will not come (image missing, crash loop)."""
+    first_seen: list[float] = []
+
+    def check():
+        found = k8s.core.read_namespaced_pod(pod, namespace)
+        problem = _container_problem(found)
+        if problem:
+            raise AssertionError(f"pod {namespace}/{pod}: {problem}")
+        statuses = found.status.container_statuses or []
+        if not (statuses and all(s.state and s.state.running for s in statuses)):
+            return None
+        if not first_seen:
+            first_seen.append(time.monotonic())
+        return found if time.monotonic() - first_seen[0] >= steady_for else None
+
+    return wait.until(f"the containers of pod {namespace}/{pod} to run steadily for {steady_for:.0f}s", check,
+                      timeout, diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+
+
+def still_running(k8s: Clients, namespace: str, pod: str) -> None:
+    """The containers of `pod` run and never restarted (a container that exits at once and is
+    restarted looks Running in between)."""
+    found = k8s.core.read_namespaced_pod(pod, namespace)
+    problem = _container_problem(found)
+    assert problem is None, f"pod {namespace}/{pod}: {problem}"
+
+
+ENV_LINE = re.compile(r"^(DRA_[A-Z0-9_]+)=(.*)$")
+
+
+def printed_env(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> dict[str, str]:
+    """The DRA_* variables the container printed (waits for the line that ends the list)."""
+    def logs():
+        try:
+            text = k8s.core.read_namespaced_pod_log(pod, namespace, container="main") or ""
+        except ApiException as err:
+            if err.status == 400:  # the container has not started yet
+                return None
+            raise
+        return text if ENV_DONE in text else None
+
+    text = wait.until(f"pod {pod} to print its environment", logs, timeout,
+                      diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+    return {m[1]: m[2] for m in map(ENV_LINE.match, text.splitlines()) if m}

@@ -15,6 +15,7 @@ import pytest
 
 from harness.discovery import ClusterFacts, discover
 from harness.k8s.client import Clients
+from harness.k8s.nodes import is_ready
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 EPHEMERAL_LABEL = "dra-harness.x-k8s.io/ephemeral"  # nodes a test creates and deletes again: never "the" node
@@ -33,8 +34,8 @@ def _requirements(request: pytest.FixtureRequest) -> None:
     vendor = vendor_driver(request.config)
     if vendor is not None:
         if "fake_devices" in markers:
-            pytest.skip("needs the fake driver's powers (profiles, fault injection); vendor mode tests your "
-                        "driver as it is")
+            need = markers["fake_devices"].args[0] if markers["fake_devices"].args else "profiles"
+            pytest.skip(f"needs {need}, which only the fake driver offers; vendor mode tests your driver as it is")
         for marker in request.node.iter_markers("dra_feature"):
             gate = marker.args[0]
             if gate not in vendor.features and gate != "DynamicResourceAllocation":
@@ -59,8 +60,6 @@ def _requirements(request: pytest.FixtureRequest) -> None:
 @pytest.fixture(scope="session")
 def simulated_nodes(k8s: Clients) -> list[str]:
     """Ready KWOK nodes: pods bound there run without a kubelet or a node-side driver."""
-    from harness.backends.local.nodes import is_ready
-
     found = sorted(n.metadata.name for n in k8s.core.list_node().items
                    if (n.metadata.annotations or {}).get(KWOK_ANNOTATION) == "fake" and is_ready(n)
                    and (n.metadata.labels or {}).get(EPHEMERAL_LABEL) != "true")
@@ -77,8 +76,10 @@ def simulated_node(simulated_nodes: list[str]) -> str:
 class DriverUnderTest:
     """The driver(s) the suite checks: the fake driver (default) or a vendor's (vendor mode)."""
 
-    def __init__(self, k8s: Clients, drivers: tuple[str, ...], nodes: list[str], fake=None):
+    def __init__(self, k8s: Clients, drivers: tuple[str, ...], nodes: list[str], fake=None,
+                 classes: dict[str, str] | None = None):
         self.k8s, self.drivers, self.nodes, self.fake = k8s, drivers, nodes, fake
+        self.classes = classes or {}  # where it is named (a vendor file field) -> DeviceClass
 
     def slices(self) -> list[dict]:
         found = []
@@ -94,10 +95,58 @@ def driver_under_test(request: pytest.FixtureRequest, k8s: Clients) -> DriverUnd
 
     vendor = vendor_driver(request.config)
     if vendor is not None:
-        return DriverUnderTest(k8s, vendor.drivers, [])
+        return DriverUnderTest(k8s, vendor.drivers, [],
+                               classes={f"spec.deviceClasses.{kind}": name for kind, name in vendor.device_classes.items()})
     nodes = request.getfixturevalue("simulated_nodes")
     fake_driver = request.getfixturevalue("fake_driver")
     profiles = {nodes[0]: "dgx-h100", nodes[-1 if len(nodes) > 1 else 0]: "a100-mig"} if len(nodes) > 1 \
         else {nodes[0]: "a100-mig"}
     fake = fake_driver(profiles)
-    return DriverUnderTest(k8s, fake.drivers.all(), sorted(profiles), fake)
+    from fake_devices.controller import INSTANCE_LABEL
+
+    classes = {f"DeviceClass {c.metadata.name} of fake driver {fake.config.instance}": c.metadata.name for c in
+               k8s.resource.list_device_class(label_selector=f"{INSTANCE_LABEL}={fake.config.instance}").items}
+    return DriverUnderTest(k8s, fake.drivers.all(), sorted(profiles), fake, classes=classes)
+
+
+@pytest.fixture
+def vendor_turn(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str):
+    """Vendor mode: this test's turn at the vendor's devices (the tests of a run that use them take
+    turns, across xdist workers), given back at teardown: its pods, PodGroups and claims deleted and
+    waited for, and the kubelet's count of prepared claims back. A no-op with the fake driver."""
+    from conformance import under_test
+    from harness.pytest_plugin import shared_dir, vendor_driver
+
+    vendor = vendor_driver(request.config)
+    if vendor is None:
+        yield
+        return
+    with under_test.taking_turns(shared_dir(request.config)):
+        yield
+        under_test.give_back(k8s, dra_namespace, vendor.drivers,
+                             request.getfixturevalue("cluster_facts").kubelet_nodes)
+
+
+@pytest.fixture
+def devices_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str, cluster_objects,
+                       unique_name):
+    """`devices_under_test(count=1)` -> a conformance.under_test.DevicePool: `count` free devices of the
+    driver under test on one node (a fresh fake-driver instance, or the vendor's driver as it is), its
+    DeviceClass and how to place pods there. In vendor mode the tests using the vendor's devices take
+    turns (`vendor_turn`)."""
+    from functools import partial
+
+    from conformance import under_test
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(request.config)
+    make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
+
+    def pool(count: int = 1) -> under_test.DevicePool:
+        if vendor is None:
+            return under_test.fake_pool(k8s, request.getfixturevalue("fake_driver"),
+                                        request.getfixturevalue("simulated_node"), count, make)
+        request.getfixturevalue("vendor_turn")  # waits for this test's turn (once)
+        return under_test.vendor_pool(k8s, vendor, request.getfixturevalue("cluster_facts"), count, make)
+
+    return pool

@@ -29,7 +29,7 @@ def _current(pool_slices: list[dict]) -> list[dict]:
     return [s for s in pool_slices if s["spec"]["pool"]["generation"] == newest]
 
 
-def _quantity(text) -> float:
+def _quantity(text):  # an exact Decimal
     from fake_devices.schema import quantity_value
 
     return quantity_value(str(text))
@@ -123,7 +123,132 @@ def counters_add_up(slices: list[dict]) -> list[str]:
     return defects
 
 
+def _devices(slices: list[dict]):
+    """(driver, pool, slice name, node or None, device) of every device in the newest generation of its pool."""
+    for (driver, pool), pool_slices in sorted(_pools(slices).items()):
+        for s in _current(pool_slices):
+            for device in s["spec"].get("devices") or []:
+                yield driver, pool, s["metadata"]["name"], s["spec"].get("nodeName"), device
+
+
+def _string_attribute(driver: str, device: dict, local_name: str) -> tuple[str, str] | None:
+    """(full attribute name, value) of the string attribute `local_name` in any domain (`uuid`,
+    `<driver>/uuid`, `vendor.example/uuid` alike), or None."""
+    for name, value in (device.get("attributes") or {}).items():
+        if name.rsplit("/", 1)[-1].lower() == local_name.lower() and value.get("string"):
+            return name, value["string"]
+    return None
+
+
+def identities_unique(slices: list[dict]) -> list[str]:
+    """Where a driver publishes device identities, they are unique: a `uuid` attribute within the
+    driver (a UUID names one device in the whole cluster), `resource.kubernetes.io/pciBusID` within a
+    node (the same address on two nodes is two devices). Partitions of one device (consuming from a
+    common counter set, like a GPU and its MIG instances) share their device's PCI address."""
+    defects = []
+    uuids: dict[tuple[str, str], str] = {}
+    bus_ids: dict[tuple[str, str, str], str] = {}
+    counter_sets: dict[tuple[str, str, str], set[str]] = {}
+    for driver, pool, slice_name, node, device in _devices(slices):
+        where = f"{driver}/{pool}/{device['name']} (slice {slice_name})"
+        found = _string_attribute(driver, device, "uuid")
+        if found:
+            if (driver, found[1]) in uuids:
+                defects.append(f"driver {driver}: {found[0]} {found[1]!r} is published for two devices: "
+                               f"{uuids[(driver, found[1])]} and {where}")
+            uuids.setdefault((driver, found[1]), where)
+        bus_id = ((device.get("attributes") or {}).get(STD + "pciBusID") or {}).get("string")
+        if bus_id:
+            key = (driver, node or pool, bus_id)
+            shares = {use["counterSet"] for use in device.get("consumesCounters") or []}
+            if key in bus_ids and not (shares & counter_sets[key]):
+                defects.append(f"driver {driver}: {STD}pciBusID {bus_id!r} is published for two devices on "
+                               f"{'node ' + node if node else 'pool ' + pool}: {bus_ids[key]} and {where}")
+            bus_ids.setdefault(key, where)
+            counter_sets.setdefault(key, shares)
+    return defects
+
+
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def _says_healthy(device: dict) -> tuple[str, object] | None:
+    """(attribute, value) when the driver's own health attribute calls the device healthy: `health`
+    (string "Healthy", any case) or `healthy` (bool true), in any domain; None otherwise."""
+    for name, value in (device.get("attributes") or {}).items():
+        local = name.rsplit("/", 1)[-1].lower()
+        if local == "health" and str(value.get("string", "")).lower() == "healthy":
+            return name, value["string"]
+        if local == "healthy" and value.get("bool") is True:
+            return name, True
+    return None
+
+
+def healthy_devices_untainted(slices: list[dict]) -> list[str]:
+    """A device the driver itself publishes as healthy carries no NoSchedule/NoExecute taint of the
+    driver (slice taints are the driver's own; DeviceTaintRules are separate objects)."""
+    defects = []
+    for driver, pool, slice_name, _, device in _devices(slices):
+        healthy = _says_healthy(device)
+        blocking = [t for t in device.get("taints") or [] if t.get("effect") in BLOCKING_EFFECTS]
+        if healthy and blocking:
+            taints = ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in blocking)
+            defects.append(f"{driver}/{pool}/{device['name']} (slice {slice_name}): published as healthy "
+                           f"({healthy[0]}={healthy[1]}) but tainted {taints}")
+    return defects
+
+
+def nodes_exist(slices: list[dict], nodes: set[str]) -> list[str]:
+    """Every node-local slice belongs to a node of the cluster."""
+    return [f"driver {s['spec']['driver']}: slice {s['metadata']['name']} (pool {s['spec']['pool']['name']}) "
+            f"is for node {s['spec']['nodeName']!r}, which does not exist"
+            for s in slices if s["spec"].get("nodeName") and s["spec"]["nodeName"] not in nodes]
+
+
+def pools_on_nodes(slices: list[dict], drivers: tuple[str, ...], expected_nodes: list[str]) -> list[str]:
+    """Each node expected to have the drivers' devices (the vendor file's nodeSelector) has a
+    node-local pool of every driver, with at least one device."""
+    has = {(s["spec"]["driver"], s["spec"].get("nodeName")) for s in slices if s["spec"].get("devices")}
+    return [f"driver {driver}: node {node} matches the vendor file's nodeSelector but has no ResourceSlice "
+            "with devices for it" for driver in drivers for node in expected_nodes if (driver, node) not in has]
+
+
+def invalid_pools(slices: list[dict]) -> list[str]:
+    """The pools the scheduler calls invalid ("invalid resource pools were encountered"), each
+    named with its driver and why: incomplete or disagreeing slice counts, a device name twice."""
+    return pools_complete(slices) + devices_unique(slices)
+
+
+# checks over what the driver publishes alone (the cluster-dependent ones take more arguments)
 ALL_CHECKS = {"pools are complete": pools_complete, "device names are unique": devices_unique,
               "standard attributes have standard types": standard_attributes,
               "numaNode agrees with pcieRoot": numa_consistent_with_pcie_root,
-              "counters add up": counters_add_up}
+              "counters add up": counters_add_up,
+              "device identities are unique": identities_unique,
+              "healthy devices are not tainted": healthy_devices_untainted}
+
+
+def _has_standard_attribute(slices: list[dict]) -> bool:
+    return any(name in STANDARD_TYPES for *_, d in _devices(slices) for name in d.get("attributes") or {})
+
+
+def _has(slices: list[dict], *names: str) -> bool:
+    return all(any(n in (d.get("attributes") or {}) for *_, d in _devices(slices)) for n in names)
+
+
+# What a check looks at: where the driver publishes none of it, the check is "not applicable" (never
+# a pass over nothing). Checks not listed always apply.
+APPLIES = {
+    "standard attributes have standard types": (_has_standard_attribute,
+                                                "publishes no standard (resource.kubernetes.io/) attribute"),
+    "numaNode agrees with pcieRoot": (lambda s: _has(s, STD + "numaNode", STD + "pcieRoot"),
+                                      "publishes no device with both numaNode and pcieRoot"),
+    "counters add up": (lambda s: any(d.get("consumesCounters") for *_, d in _devices(s)),
+                        "publishes no device that consumes counters"),
+    "device identities are unique": (lambda s: any(_string_attribute(drv, d, "uuid") or
+                                                   STD + "pciBusID" in (d.get("attributes") or {})
+                                                   for drv, *_, d in _devices(s)),
+                                     "publishes neither uuid nor pciBusID attributes"),
+    "healthy devices are not tainted": (lambda s: any(_says_healthy(d) for *_, d in _devices(s)),
+                                        "publishes no health attribute (health / healthy)"),
+}

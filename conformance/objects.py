@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from harness.backends.local.realnode.kubelet import TAINT_KEY as REAL_NODE_TAINT_KEY
+from collections.abc import Sequence
+
+from harness.k8s.nodes import REAL_NODE_TAINT_KEY, SHELL_IMAGE
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
@@ -25,7 +27,7 @@ def gpu_device(name: str, model: str = "test-gpu", memory: str = "80Gi") -> dict
     return {"name": name, "attributes": {"model": {"string": model}}, "capacity": {"memory": {"value": memory}}}
 
 
-def request(device_class_name: str, *, name: str = "gpu", count: int = 1, selectors: list[str] = (),
+def request(device_class_name: str, *, name: str = "gpu", count: int = 1, selectors: Sequence[str] = (),
             capacity: dict[str, str] | None = None) -> dict:
     """One `exactly` device request: class, count, CEL selectors and capacity requests."""
     exactly: dict = {"deviceClassName": device_class_name, "count": count}
@@ -38,7 +40,11 @@ def request(device_class_name: str, *, name: str = "gpu", count: int = 1, select
 
 def claim_template(name: str, device_class_name: str | None = None, count: int = 1, *,
                    requests: list[dict] | None = None, constraints: list[dict] | None = None) -> dict:
-    devices: dict = {"requests": requests or [request(device_class_name, count=count)]}
+    if not requests:
+        if device_class_name is None:
+            raise ValueError("claim_template needs a device_class_name or requests")
+        requests = [request(device_class_name, count=count)]
+    devices: dict = {"requests": requests}
     if constraints:
         devices["constraints"] = constraints
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
@@ -58,7 +64,7 @@ def pod_with_template_claim(name: str, template: str, node_selector: dict | None
 
 # --- pods with extended resources, several containers, device tolerations ---------------------
 
-def container(name: str, *, limits: dict[str, str] | None = None, claims: list[str] = (),
+def container(name: str, *, limits: dict[str, str] | None = None, claims: Sequence[str] = (),
               restart_policy: str | None = None) -> dict:
     """A pause container; `limits` (requests default to them), pod claim names it uses, and
     `restart_policy="Always"` to make an init container a sidecar."""
@@ -150,7 +156,7 @@ def scheduling_policy(min_count: int | None) -> dict:
     return {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
 
 
-def pod_group(name: str, claims: list[dict] = (), *, min_count: int | None = None,
+def pod_group(name: str, claims: Sequence[dict] = (), *, min_count: int | None = None,
               workload: tuple[str, str] | None = None) -> dict:
     """A scheduling.k8s.io/v1beta1 PodGroup; `workload` = (Workload name, podGroupTemplate name)."""
     spec: dict = {"schedulingPolicy": scheduling_policy(min_count)}
@@ -161,7 +167,7 @@ def pod_group(name: str, claims: list[dict] = (), *, min_count: int | None = Non
     return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
 
 
-def workload(name: str, template: str, claims: list[dict] = (), *, min_count: int | None = None) -> dict:
+def workload(name: str, template: str, claims: Sequence[dict] = (), *, min_count: int | None = None) -> dict:
     """A scheduling.k8s.io/v1beta1 Workload with one podGroupTemplate."""
     group: dict = {"name": template, "schedulingPolicy": scheduling_policy(min_count)}
     if claims:
@@ -195,7 +201,7 @@ def first_available(name: str, *subrequests: dict) -> dict:
     return {"name": name, "firstAvailable": [{"name": s["name"], **s["exactly"]} for s in subrequests]}
 
 
-def admin_request(device_class_name: str, *, name: str = "gpu", selectors: list[str] = ()) -> dict:
+def admin_request(device_class_name: str, *, name: str = "gpu", selectors: Sequence[str] = ()) -> dict:
     """An `exactly` request with adminAccess: true (monitoring/maintenance access to in-use devices)."""
     result = request(device_class_name, name=name, selectors=selectors)
     result["exactly"]["adminAccess"] = True
@@ -225,3 +231,9 @@ def pod_on_node(name: str, node: str, image: str, *, command: list[str] | None =
     if restart_policy:
         spec["restartPolicy"] = restart_policy
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def shell_pod(name: str, node: str, claim_template: str) -> dict:
+    """A pod on the real node whose container prints its DRA_* environment, then waits."""
+    return pod_on_node(name, node, SHELL_IMAGE, command=PRINT_DRA_ENV,
+                               claim_template=claim_template)

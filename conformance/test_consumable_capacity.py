@@ -7,7 +7,8 @@ import pytest
 
 from conformance import checks, objects
 
-pytestmark = [pytest.mark.dra_feature("DRAConsumableCapacity", maturity="beta"), pytest.mark.fake_devices]
+pytestmark = [pytest.mark.dra_feature("DRAConsumableCapacity", maturity="beta"),
+              pytest.mark.fake_devices("the tiny profile (shareable NVMe drives with a known request policy)")]
 
 
 def _nvme(driver, index: int) -> list[str]:

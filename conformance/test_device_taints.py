@@ -60,7 +60,7 @@ def _on_node(node: str) -> dict:
 # --- taints published by the driver -------------------------------------------------------------
 
 @DEVICE_TAINTS
-@pytest.mark.fake_devices
+@pytest.mark.fake_devices("fault injection (a driver that taints a device on demand)")
 def test_fault_kinds_publish_taints_with_their_effects(k8s, dra_namespace, fake_driver, simulated_node):
     ns, node = dra_namespace, simulated_node
     driver = fake_driver({node: "tiny"})
@@ -76,7 +76,7 @@ def test_fault_kinds_publish_taints_with_their_effects(k8s, dra_namespace, fake_
 
 
 @DEVICE_TAINTS
-@pytest.mark.fake_devices
+@pytest.mark.fake_devices("fault injection (a driver that taints a device on demand)")
 def test_warning_taint_changes_nothing(k8s, dra_namespace, fake_driver, simulated_node):
     ns, node = dra_namespace, simulated_node
     driver = fake_driver({node: "tiny"})
@@ -106,7 +106,7 @@ def test_warning_taint_changes_nothing(k8s, dra_namespace, fake_driver, simulate
 
 
 @DEVICE_TAINTS
-@pytest.mark.fake_devices
+@pytest.mark.fake_devices("fault injection (a driver that taints a device on demand)")
 def test_no_schedule_taint_blocks_new_allocations_and_evicts_nothing(k8s, dra_namespace, fake_driver,
                                                                    simulated_node):
     ns, node = dra_namespace, simulated_node
@@ -140,7 +140,7 @@ def test_no_schedule_taint_blocks_new_allocations_and_evicts_nothing(k8s, dra_na
 
 
 @DEVICE_TAINTS
-@pytest.mark.fake_devices
+@pytest.mark.fake_devices("fault injection (a driver that taints a device on demand)")
 def test_toleration_in_the_request_admits_a_tainted_device(k8s, dra_namespace, fake_driver, simulated_node):
     ns, node = dra_namespace, simulated_node
     driver = fake_driver({node: "tiny"})
@@ -179,7 +179,7 @@ def test_toleration_in_the_request_admits_a_tainted_device(k8s, dra_namespace, f
 
 
 @DEVICE_TAINTS
-@pytest.mark.fake_devices
+@pytest.mark.fake_devices("fault injection (a driver that taints a device on demand)")
 def test_failed_device_evicts_its_pod_and_the_replacement_lands_on_a_healthy_one(k8s, dra_namespace, fake_driver,
                                                                                simulated_nodes):
     ns = dra_namespace
@@ -217,18 +217,18 @@ def test_failed_device_evicts_its_pod_and_the_replacement_lands_on_a_healthy_one
 @DEVICE_TAINTS
 @DEVICE_TAINT_RULES
 def test_rule_no_execute_evicts_only_pods_on_the_selected_device(k8s, dra_namespace, cluster_objects, unique_name,
-                                                                simulated_node):
-    ns, node = dra_namespace, simulated_node
-    driver, device_class = _own_devices(cluster_objects, unique_name, [node], 2)
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one", device_class))
+                                                                devices_under_test):
+    ns = dra_namespace
+    pool = devices_under_test(2)
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("one"))
     for pod in ("a", "b"):
-        k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim(pod, "one"))
-        checks.running(k8s, ns, pod)
-    (_, device_a), (_, device_b) = _device(k8s, ns, "a"), _device(k8s, ns, "b")
+        k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim(pod, "one")))
+        checks.running(k8s, ns, pod, timeout=90)
+    (device_pool, device_a), (_, device_b) = _device(k8s, ns, "a"), _device(k8s, ns, "b")
 
     with checks.PodHistory(k8s, ns) as history:
         rule = cluster_objects.device_taint_rule(
-            faults.taint_rule(unique_name("rule"), "NoExecute", driver=driver, pool=node, device=device_a))
+            faults.taint_rule(unique_name("rule"), "NoExecute", driver=pool.driver, pool=device_pool, device=device_a))
         # The controller reports before it evicts ...
         first = checks.rule_condition(k8s, rule.metadata.name, "PodsPendingEviction")
         assert (first.status, first.message, first.observed_generation) == (
@@ -236,26 +236,26 @@ def test_rule_no_execute_evicts_only_pods_on_the_selected_device(k8s, dra_namesp
         # ... then evicts the pod on the selected device, and only that one.
         condition = history.evicted_by_taint_manager("a")
         assert (condition.reason, condition.message) == EVICTION
-        history.gone("a")
+        history.gone("a", timeout=60)
         checks.untouched(k8s, history, ns, "b")
 
     # NoExecute also keeps the device from new allocations; deleting the rule gives it back.
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("a-again", "one"))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("a-again", "one")))
     checks.unschedulable(k8s, ns, "a-again")
     k8s.resource.delete_device_taint_rule(rule.metadata.name)
-    checks.running(k8s, ns, "a-again")
-    assert _device(k8s, ns, "a-again") == (node, device_a)
+    checks.running(k8s, ns, "a-again", timeout=90)
+    assert _device(k8s, ns, "a-again") == (device_pool, device_a)
     assert device_b != device_a
 
 
 @DEVICE_TAINTS
 @DEVICE_TAINT_RULES
 def test_rule_no_execute_waits_for_toleration_seconds(k8s, dra_namespace, cluster_objects, unique_name,
-                                                      simulated_node):
-    ns, node = dra_namespace, simulated_node
+                                                      devices_under_test):
+    ns = dra_namespace
     seconds = TOLERATION_SECONDS
-    driver, device_class = _own_devices(cluster_objects, unique_name, [node], 3)
-    gpu = objects.request(device_class)
+    pool = devices_under_test(3)
+    gpu = pool.request()
     templates = {
         "intolerant": gpu,
         "patient": objects.tolerating(gpu, objects.device_toleration(MAINTENANCE, operator="Exists",
@@ -265,13 +265,14 @@ def test_rule_no_execute_waits_for_toleration_seconds(k8s, dra_namespace, cluste
     }
     for name, request in templates.items():
         k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(name, requests=[request]))
-        k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim(name, name))
+        k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim(name, name)))
     for name in templates:
-        checks.running(k8s, ns, name)
+        checks.running(k8s, ns, name, timeout=90)
 
     with checks.PodHistory(k8s, ns) as history:
         requested = time.monotonic()
-        rule = cluster_objects.device_taint_rule(faults.taint_rule(unique_name("rule"), "NoExecute", driver=driver))
+        rule = cluster_objects.device_taint_rule(faults.taint_rule(unique_name("rule"), "NoExecute",
+                                                                   driver=pool.driver, pool=pool.pool))
         added = rule.spec.taint.time_added  # defaulted by the API server, in whole seconds
         assert added is not None
         first = checks.rule_condition(k8s, rule.metadata.name, "PodsPendingEviction")
@@ -289,45 +290,112 @@ def test_rule_no_execute_waits_for_toleration_seconds(k8s, dra_namespace, cluste
         assert patient_at - requested <= seconds + 10, f"evicted after {patient_at - requested:.2f}s"
         assert intolerant_at - requested < seconds - 1.05, f"evicted after {intolerant_at - requested:.2f}s"
 
-        done = checks.rule_condition(k8s, rule.metadata.name, "Completed", timeout=30)
+        done = checks.rule_condition(k8s, rule.metadata.name, "Completed", timeout=60)
         assert (done.status, done.message) == ("False", "2 pods evicted since starting the controller.")
         checks.untouched(k8s, history, ns, "forever")
+
+
+def _published_in_pool(k8s, driver: str, pool: str) -> int:
+    """How many devices the newest generation of a pool publishes."""
+    slices = [s for s in k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items
+              if s.spec.pool.name == pool]
+    newest = max(s.spec.pool.generation for s in slices)
+    return sum(len(s.spec.devices or []) for s in slices if s.spec.pool.generation == newest)
+
+
+def _selected(published: int, allocated: int, pods: int) -> str:
+    """The eviction controller's NoEffect message for these counts."""
+    def plural(n: int, word: str) -> str:
+        return f"{n} {word}" + ("" if n == 1 else "s")
+    where = "1 namespace" if pods == 1 else f"{pods} different namespaces"
+    return (f"{plural(published, 'published device')} selected. {plural(allocated, 'allocated device')} selected. "
+            f"{plural(pods, 'pod')} would be evicted in {where} ")
 
 
 @DEVICE_TAINTS
 @DEVICE_TAINT_RULES
 def test_rule_with_effect_none_is_visible_and_changes_nothing(k8s, dra_namespace, cluster_objects, unique_name,
-                                                              simulated_node):
-    ns, node = dra_namespace, simulated_node
-    driver, device_class = _own_devices(cluster_objects, unique_name, [node], 2)
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one", device_class))
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("running", "one"))
-    checks.running(k8s, ns, "running")
+                                                              devices_under_test):
+    ns = dra_namespace
+    pool = devices_under_test(2)
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("one"))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("running", "one")))
+    checks.running(k8s, ns, "running", timeout=90)
     _, taken = _device(k8s, ns, "running")
 
     with checks.PodHistory(k8s, ns) as history:
-        rule = cluster_objects.device_taint_rule(faults.taint_rule(unique_name("rule"), "None", driver=driver))
+        rule = cluster_objects.device_taint_rule(faults.taint_rule(unique_name("rule"), "None", driver=pool.driver,
+                                                                   pool=pool.pool))
         taint = k8s.resource.read_device_taint_rule(rule.metadata.name).spec.taint
         assert (taint.key, taint.value, taint.effect) == (MAINTENANCE, "true", "None")
         assert taint.time_added is not None
-        # The controller has seen the rule, the device and the pod, and says what NoExecute would do.
+        # The controller has seen the rule, the devices and the pod, and says what NoExecute would do.
         condition = checks.rule_condition(k8s, rule.metadata.name, "NoEffect")
-        assert (condition.status, condition.message) == (
-            "False", "2 published devices selected. 1 allocated device selected. 1 pod would be evicted in "
-                     "1 namespace " + NOT_UPDATED_AGAIN)
+        published = _published_in_pool(k8s, pool.driver, pool.pool)
+        assert (condition.status, condition.message) == ("False", _selected(published, 1, 1) + NOT_UPDATED_AGAIN)
 
         # New allocations still happen on the tainted devices, and nothing is evicted.
-        k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("newcomer", "one"))
-        checks.running(k8s, ns, "newcomer")
-        assert _device(k8s, ns, "newcomer") == (node, {"gpu-0": "gpu-1", "gpu-1": "gpu-0"}[taken])
+        k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("newcomer", "one")))
+        checks.running(k8s, ns, "newcomer", timeout=90)
+        (other,) = set(pool.names) - {taken}
+        assert _device(k8s, ns, "newcomer") == (pool.pool, other)
         checks.untouched(k8s, history, ns, "running")
 
 
 @DEVICE_TAINTS
 @DEVICE_TAINT_RULES
-def test_rule_selects_devices_by_driver_pool_and_device(k8s, dra_namespace, cluster_objects, unique_name,
+def test_rule_selects_a_device_of_the_driver_under_test(k8s, dra_namespace, cluster_objects, unique_name,
+                                                        devices_under_test):
+    """NoSchedule on one device (driver, pool, device) keeps exactly that device from new allocations;
+    rules with effect None count what each selector matches; deleting the rule lets the waiting pod in."""
+    ns = dra_namespace
+    pool = devices_under_test(2)
+    tainted, spare = pool.devices
+    maintenance = cluster_objects.device_taint_rule(
+        faults.taint_rule(unique_name("rule"), "NoSchedule", driver=pool.driver, pool=tainted.pool, device=tainted.name))
+    condition = checks.rule_condition(k8s, maintenance.metadata.name, "OtherEffect")
+    assert (condition.status, condition.message) == ("False", "Eviction only happens for the NoExecute effect.")
+
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("both", count=2))
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("spare", devices=(spare,)))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("both", "both")))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("spare", "spare")))
+    checks.unschedulable(k8s, ns, "both")  # one of its two devices is tainted ...
+    checks.running(k8s, ns, "spare", timeout=90)  # ... not the other one
+    assert checks.allocated_devices(checks.pod_claim(k8s, ns, "spare")) == [("gpu", spare.pool, spare.name)]
+
+    published = _published_in_pool(k8s, pool.driver, pool.pool)
+    matched = (
+        ({"driver": pool.driver, "pool": pool.pool}, _selected(published, 1, 1)),
+        ({"driver": pool.driver, "pool": pool.pool, "device": tainted.name}, _selected(1, 0, 0)),
+        ({"driver": pool.driver, "pool": pool.pool, "device": spare.name}, _selected(1, 1, 1)),
+        ({"driver": pool.driver, "pool": unique_name("no-such-pool")}, _selected(0, 0, 0)),
+    )
+    for i, (selector, message) in enumerate(matched):
+        rule = cluster_objects.device_taint_rule(faults.taint_rule(unique_name(f"look-{i}"), "None", **selector))
+        condition = checks.rule_condition(k8s, rule.metadata.name, "NoEffect")
+        assert condition.message == message + NOT_UPDATED_AGAIN, selector
+    # NoExecute selecting no device: nothing to do, and the condition says so.
+    idle = cluster_objects.device_taint_rule(
+        faults.taint_rule(unique_name("idle"), "NoExecute", driver=pool.driver, pool=unique_name("no-such-pool")))
+    condition = checks.rule_condition(k8s, idle.metadata.name, "NotStarted")
+    assert (condition.status, condition.message) == ("False", "")
+
+    # Removing the taint (and the pod on the spare device) lets the waiting pod in.
+    k8s.core.delete_namespaced_pod("spare", ns)
+    k8s.resource.delete_device_taint_rule(maintenance.metadata.name)
+    checks.running(k8s, ns, "both", timeout=90)
+    assert sorted(checks.allocated_devices(checks.pod_claim(k8s, ns, "both"))) == sorted(
+        ("gpu", d.pool, d.name) for d in pool.devices)
+
+
+@DEVICE_TAINTS
+@DEVICE_TAINT_RULES
+def test_rule_tells_pools_and_drivers_apart(k8s, dra_namespace, cluster_objects, unique_name,
                                                         simulated_nodes):
     ns = dra_namespace
+    if len(simulated_nodes) < 2:  # selecting by pool needs a same-named device in a second pool (node)
+        pytest.skip(f"needs two simulated nodes to tell pools apart; the cluster has {len(simulated_nodes)}")
     n0, n1 = simulated_nodes[:2]
     first, first_class = _own_devices(cluster_objects, unique_name, [n0, n1], 2, tag="sel-a")
     other, other_class = _own_devices(cluster_objects, unique_name, [n0], 2, tag="sel-b")

@@ -7,23 +7,100 @@ pool/device and the defect.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
-from conformance import checks, driver_checks, objects
+from conformance import checks, class_selectors, driver_checks, objects
 from fake_devices import faults, render
 from harness import wait
 
 
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
 @pytest.mark.parametrize("check", sorted(driver_checks.ALL_CHECKS))
-def test_published_slices(driver_under_test, check):
+def test_published_slices(driver_under_test, check, record_property):
     slices = driver_under_test.slices()
     assert slices, f"driver(s) {', '.join(driver_under_test.drivers)} publish no ResourceSlices"
+    applies, missing = driver_checks.APPLIES.get(check, (lambda _: True, ""))
+    if not applies(slices):  # a check over nothing is no pass
+        record_property("dra_not_applicable", missing)
+        pytest.skip(f"not applicable: driver(s) {', '.join(driver_under_test.drivers)} {missing}")
     defects = driver_checks.ALL_CHECKS[check](slices)
     assert not defects, f"{check}: " + "; ".join(defects[:10])
 
 
-@pytest.mark.fake_devices
+@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
+def test_slices_belong_to_the_clusters_nodes(request, driver_under_test, k8s):
+    """No slice for a node that does not exist; in vendor mode, every node the vendor file's
+    nodeSelector names has a pool with devices of every driver."""
+    from harness.pytest_plugin import vendor_driver
+
+    slices = driver_under_test.slices()
+    defects = driver_checks.nodes_exist(slices, {n.metadata.name for n in k8s.core.list_node().items})
+    vendor = vendor_driver(request.config)
+    if vendor is not None and vendor.node_selector:
+        expected = sorted(n.metadata.name for n in k8s.core.list_node(label_selector=vendor.node_selector).items)
+        defects += driver_checks.pools_on_nodes(slices, vendor.drivers, expected)
+    assert not defects, "slices and nodes: " + "; ".join(defects[:10])
+
+
+@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
+def test_device_classes_select_the_drivers_devices_only(driver_under_test, k8s, record_property):
+    """Each DeviceClass of the driver under test selects some of its devices and no device of
+    another driver, and fails on none (its CEL selectors evaluated over every published device)."""
+    if not driver_under_test.classes:
+        record_property("dra_not_applicable", "names no DeviceClass")
+        pytest.skip("not applicable: the driver under test names no DeviceClass (spec.deviceClasses)")
+    everything = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
+    defects, unevaluated = [], []
+    for where, name in sorted(driver_under_test.classes.items()):
+        device_class = k8s.api_client.sanitize_for_serialization(k8s.resource.read_device_class(name))
+        selection = class_selectors.evaluate(device_class, everything)
+        if selection.not_evaluated:
+            unevaluated.append(f"{name}: {selection.not_evaluated}")
+        defects += class_selectors.defects(selection, driver_under_test.drivers, where)
+    assert not defects, "device classes: " + "; ".join(defects)
+    if unevaluated and len(unevaluated) == len(driver_under_test.classes):
+        record_property("dra_not_applicable", "selectors not evaluable here")
+        pytest.skip("not applicable: no class selector could be evaluated here: " + "; ".join(unevaluated))
+
+
+# a feature the vendor file claims -> (what the slices must show for it, whether they do)
+PUBLISHED_CAPABILITIES = {
+    "DRAPartitionableDevices": ("shared counters consumed by devices (sharedCounters, consumesCounters)",
+                                lambda slices, devices: any(s["spec"].get("sharedCounters") for s in slices)
+                                and any(d.get("consumesCounters") for d in devices)),
+    "DRAConsumableCapacity": ("a device that allows multiple allocations (allowMultipleAllocations) with a capacity",
+                              lambda slices, devices: any(d.get("allowMultipleAllocations") and d.get("capacity")
+                                                          for d in devices)),
+    "DRAFractionalCapacityRange": ("a capacity with a requestPolicy.validRange",
+                                   lambda slices, devices: any((c.get("requestPolicy") or {}).get("validRange")
+                                                               for d in devices for c in (d.get("capacity") or {}).values())),
+}
+
+
+@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
+def test_claimed_capabilities_are_published(request, driver_under_test, record_property):
+    """A feature the vendor file claims (spec.features) that needs something in the slices: the slices
+    show it. A claim the slices contradict is a failure, not a skip."""
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(request.config)
+    claimed = sorted(set(vendor.features) & set(PUBLISHED_CAPABILITIES)) if vendor is not None else []
+    if not claimed:
+        record_property("dra_not_applicable", "claims no feature that shows in the slices")
+        pytest.skip("not applicable: the driver under test claims no feature that shows in its slices ("
+                    + ", ".join(sorted(PUBLISHED_CAPABILITIES)) + ")")
+    slices = driver_under_test.slices()
+    devices = [d for s in slices for d in s["spec"].get("devices") or []]
+    contradicted = [f"spec.features claims {feature}, but no slice of {', '.join(driver_under_test.drivers)} "
+                    f"publishes {PUBLISHED_CAPABILITIES[feature][0]}"
+                    for feature in claimed if not PUBLISHED_CAPABILITIES[feature][1](slices, devices)]
+    assert not contradicted, f"{vendor.source}: " + "; ".join(contradicted)
+
+
+@pytest.mark.fake_devices("fault injection (a driver that taints a device on demand)")
 @pytest.mark.dra_feature("DRADeviceTaints", maturity="ga")
 def test_device_fault_is_published_as_a_taint(driver_under_test, k8s, dra_namespace):
     fake = driver_under_test.fake
@@ -50,57 +127,167 @@ def test_device_fault_is_published_as_a_taint(driver_under_test, k8s, dra_namesp
 
 # --- where a kubelet runs: the driver's node half ------------------------------------------------
 
+@dataclass
+class KubeletTarget:
+    driver: str
+    device_class: str
+    node: str
+
+
+@dataclass
+class KubeletTargets:
+    targets: list[KubeletTarget]
+    image: str
+    command: list[str] | None
+    pull_policy: str
+    cdi_dirs: dict[str, Path]  # node -> its CDI spec directory, where known (the local backend's real node)
+
+
+def _known_cdi_dirs(dra_cluster) -> dict[str, Path]:
+    """The CDI directories of the real nodes the cluster record names (none on kind or your own cluster)."""
+    return {node.name: node.cdi_dir for node in dra_cluster.real_nodes if node.cdi_dir is not None}
+
+
+def _cdi_specs_of(cdi_dir: Path | None, claim_uid: str) -> list[Path]:
+    """The CDI spec files that mention the claim (drivers name them after its UID)."""
+    if cdi_dir is None or not cdi_dir.is_dir():
+        return []
+    return sorted(p for p in cdi_dir.iterdir() if p.is_file() and claim_uid in p.read_text(errors="replace"))
+
+
+def _pair_classes_with_drivers(k8s, vendor, kubelet_nodes: list[str]) -> tuple[list[KubeletTarget], list[str]]:
+    """One (driver, class, node) per vendor driver with devices on a kubelet node, the class being one
+    whose selectors select that driver's devices there (evaluated over the published slices, not
+    guessed from names); and notes on drivers no class selects."""
+    everything = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
+    selections = []
+    for name in sorted(set(vendor.device_classes.values())):
+        found = k8s.api_client.sanitize_for_serialization(k8s.resource.read_device_class(name))
+        selections.append(class_selectors.evaluate(found, everything))
+    targets, notes = [], []
+    for node in kubelet_nodes:
+        pools = {(s["spec"]["driver"], s["spec"]["pool"]["name"]) for s in everything
+                 if s["spec"].get("nodeName") == node and s["spec"]["driver"] in vendor.drivers}
+        for driver in sorted({d for d, _ in pools}):
+            here = [sel for sel in selections
+                    if any(d == driver and (d, p) in pools for d, p, _ in sel.selected)]
+            # a class that selects only this driver's devices cannot be allocated from another one
+            here.sort(key=lambda sel: (sel.drivers() != {driver}, sel.name))
+            if here:
+                targets.append(KubeletTarget(driver, here[0].name, node))
+            else:
+                notes.append(f"no DeviceClass of the vendor file selects the devices of {driver} on {node}")
+    return targets, notes
+
+
 @pytest.fixture
-def kubelet_target(request, k8s, cluster_facts, dra_namespace):
-    """(driver, device class, node, image, container command) for a pod the kubelet must prepare: the
-    vendor's driver on a kubelet node where it publishes devices, or the fake driver with its kubelet
-    plugins on the local backend's real node."""
-    from harness.backends.local.realnode import images
+def kubelet_targets(request, k8s, cluster_facts, dra_namespace) -> KubeletTargets:
+    """What pods the kubelet must prepare: per vendor driver with devices on a kubelet node, a class
+    that selects them there; or the fake driver with its kubelet plugins on the local backend's real
+    node."""
+    from harness.k8s.nodes import SHELL_IMAGE
     from harness.pytest_plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     if vendor is not None:
+        request.getfixturevalue("vendor_turn")  # the vendor's devices: one test at a time
         if not vendor.device_classes:
             pytest.skip("the vendor file names no deviceClasses to request a device from")
-        device_class = sorted(vendor.device_classes.values())[0]
-        for node in cluster_facts.kubelet_nodes:
-            for driver in vendor.drivers:
-                if k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver},spec.nodeName={node}").items:
-                    return driver, device_class, node, vendor.test_image, None
-        pytest.skip(f"driver(s) {', '.join(vendor.drivers)} publish no devices on a node run by a kubelet "
-                    f"(kubelet nodes: {', '.join(cluster_facts.kubelet_nodes)})")
+        targets, notes = _pair_classes_with_drivers(k8s, vendor, cluster_facts.kubelet_nodes)
+        if not targets:
+            pytest.skip(f"driver(s) {', '.join(vendor.drivers)} publish no devices a vendor class selects on a node "
+                        f"run by a kubelet (kubelet nodes: {', '.join(cluster_facts.kubelet_nodes) or 'none'})"
+                        + (f"; {'; '.join(notes)}" if notes else ""))
+        # the default image exists only on the local real node, which never pulls
+        return KubeletTargets(targets, vendor.test_image, None, "Never" if vendor.default_image else "IfNotPresent",
+                              _known_cdi_dirs(request.getfixturevalue("dra_cluster")))
     real_node = request.getfixturevalue("real_node")
     fake = request.getfixturevalue("fake_driver")({real_node.name: "tiny"})
     real_node.run_for(fake)
-    return fake.drivers.gpu, f"{fake.config.instance}-gpu", real_node.name, images.SHELL_IMAGE, \
-        ["sh", "-c", "exec sleep 3600"]
+    return KubeletTargets([KubeletTarget(fake.drivers.gpu, f"{fake.config.instance}-gpu", real_node.name)],
+                          SHELL_IMAGE, ["sh", "-c", "exec sleep 3600"], "Never",
+                          {real_node.name: real_node.cdi_dir})
 
 
 @pytest.mark.needs_kubelet
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
-def test_kubelet_prepares_and_unprepares_the_drivers_claims(k8s, dra_namespace, kubelet_target):
-    """A pod with a claim on the driver's devices starts on a kubelet node (NodePrepareResources
-    succeeded) and the kubelet counts the prepared claim; deleting the pod unprepares it (count back,
-    no failed call). Judged from the kubelet's own metrics, so it holds for any driver."""
-    driver, device_class, node, image, command = kubelet_target
+def test_kubelet_prepares_and_unprepares_the_drivers_claims(k8s, dra_namespace, kubelet_targets):
+    """Per driver and kubelet node: a pod with a claim on the driver's devices starts there
+    (NodePrepareResources succeeded), its container keeps running, and the kubelet counts the prepared
+    claim; deleting the pod unprepares it (count back, no failed call). Judged from the kubelet's own
+    metrics, so it holds for any driver."""
     ns = dra_namespace
-    before = checks.kubelet_dra_metrics(k8s, node, driver)
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one", device_class))
-    k8s.core.create_namespaced_pod(ns, objects.pod_on_node("prepared", node, image, command=command,
-                                                          claim_template="one", pull_policy="IfNotPresent"))
-    checks.running(k8s, ns, "prepared", timeout=120)
-    claim = checks.pod_claim(k8s, ns, "prepared")
-    assert {r.driver for r in claim.status.allocation.devices.results} == {driver}
-    during = checks.kubelet_dra_metrics(k8s, node, driver)
-    assert during["in_use"] == before["in_use"] + 1, (before, during)
-    assert during.get("PrepareResources", 0) > before.get("PrepareResources", 0)
+    for i, target in enumerate(kubelet_targets.targets):
+        driver, node, pod = target.driver, target.node, f"prepared-{i}"
+        where = f"driver {driver} on node {node} (class {target.device_class})"
+        before = checks.kubelet_dra_metrics(k8s, node, driver)
+        k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(pod, target.device_class))
+        k8s.core.create_namespaced_pod(ns, objects.pod_on_node(pod, node, kubelet_targets.image,
+                                                              command=kubelet_targets.command, claim_template=pod,
+                                                              pull_policy=kubelet_targets.pull_policy))
+        checks.containers_running(k8s, ns, pod, timeout=120)
+        claim = checks.pod_claim(k8s, ns, pod)
+        allocated = {r.driver for r in claim.status.allocation.devices.results}
+        assert allocated == {driver}, f"{where}: the claim was allocated devices of {sorted(allocated)}"
+        during = checks.kubelet_dra_metrics(k8s, node, driver)
+        assert during["in_use"] == before["in_use"] + 1, f"{where}: kubelet claims in use {before} -> {during}"
+        assert during.get("PrepareResources", 0) > before.get("PrepareResources", 0), (where, before, during)
+        checks.still_running(k8s, ns, pod)
+        cdi_dir = kubelet_targets.cdi_dirs.get(node)
+        written = _cdi_specs_of(cdi_dir, claim.metadata.uid)  # a driver may inject without CDI: then none
 
-    k8s.core.delete_namespaced_pod("prepared", ns)
-    wait.until("pod prepared to be gone (after NodeUnprepareResources)",
-               lambda: not k8s.core.list_namespaced_pod(ns).items, 120,
-               diagnostics=lambda: wait.describe_namespace(k8s, ns))
-    after = checks.kubelet_dra_metrics(k8s, node, driver)
-    assert after["in_use"] == before["in_use"], (before, after)
-    assert after.get("UnprepareResources", 0) > during.get("UnprepareResources", 0)
-    assert after.get("PrepareResources-error", 0) == before.get("PrepareResources-error", 0)
-    assert after.get("UnprepareResources-error", 0) == before.get("UnprepareResources-error", 0)
+        k8s.core.delete_namespaced_pod(pod, ns)
+        wait.until(f"pod {pod} to be gone (after NodeUnprepareResources)",
+                   lambda: pod not in {p.metadata.name for p in k8s.core.list_namespaced_pod(ns).items}, 120,
+                   diagnostics=lambda: wait.describe_namespace(k8s, ns))
+        try:  # the kubelet may unprepare after the pod object is gone (its pod clean-up): a deadline
+            wait.until(f"{where}: the kubelet to count the claim unprepared",
+                       lambda: checks.kubelet_dra_metrics(k8s, node, driver)["in_use"] == before["in_use"], 60)
+        except wait.WaitTimeout:
+            pass  # named below, with the numbers
+        after = checks.kubelet_dra_metrics(k8s, node, driver)
+        assert after["in_use"] == before["in_use"], f"{where}: kubelet claims in use {before} -> {after}"
+        assert after.get("UnprepareResources", 0) > during.get("UnprepareResources", 0), (where, during, after)
+        assert after.get("PrepareResources-error", 0) == before.get("PrepareResources-error", 0), (where, after)
+        assert after.get("UnprepareResources-error", 0) == before.get("UnprepareResources-error", 0), (where, after)
+        # the kubelet may unprepare after the pod object is gone (its pod clean-up): give it a deadline
+        if cdi_dir is not None:
+            try:
+                wait.until(f"{where}: the CDI spec(s) of claim {claim.metadata.name} to be removed",
+                           lambda: not _cdi_specs_of(cdi_dir, claim.metadata.uid), 60)
+            except wait.WaitTimeout:
+                pass  # named below
+        left = _cdi_specs_of(cdi_dir, claim.metadata.uid)
+        assert not left, (f"{where}: NodeUnprepareResources left CDI spec(s) of claim {claim.metadata.name} "
+                          f"(uid {claim.metadata.uid}) behind: {', '.join(map(str, left))} (written at prepare: "
+                          f"{', '.join(p.name for p in written) or 'none'})")
+
+
+@pytest.mark.dra_feature("DRAExtendedResource", maturity="ga")
+def test_vendor_extended_resources_are_served_by_the_vendors_devices(request, k8s, dra_namespace):
+    """Each extended resource of the vendor file, asked for as `resources.limits` (no claim in the pod
+    spec), gets a generated claim allocated from the vendor's driver."""
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(request.config)
+    if vendor is None:
+        pytest.skip("vendor mode only: the fake driver's extended resources are tested in test_extended_resources.py")
+    if not vendor.extended_resources:
+        pytest.skip("the vendor file maps no extended resource (spec.extendedResources)")
+    request.getfixturevalue("vendor_turn")  # the vendor's devices: one test at a time
+    ns = dra_namespace
+    for i, (kind, resource) in enumerate(sorted(vendor.extended_resources.items())):
+        name = f"ext-{i}"
+        body = objects.pod_with_extended_resources(name, {resource: "1"})
+        body["spec"]["containers"][0].update(image=vendor.test_image,
+                                             imagePullPolicy="Never" if vendor.default_image else "IfNotPresent")
+        body["spec"]["tolerations"] = [{"key": objects.REAL_NODE_TAINT_KEY, "operator": "Exists",
+                                        "effect": "NoSchedule"}]
+        k8s.core.create_namespaced_pod(ns, body)
+        _, claim = checks.extended_resource_claim(k8s, ns, name, timeout=60)
+        allocated = checks.allocated_claim(k8s, ns, claim.metadata.name)
+        drivers = {r.driver for r in allocated.status.allocation.devices.results}
+        assert drivers and drivers <= set(vendor.drivers), (
+            f"spec.extendedResources.{kind} ({resource}): the generated claim was allocated devices of "
+            f"{sorted(drivers)}, not of {', '.join(vendor.drivers)}")
+        k8s.core.delete_namespaced_pod(name, ns)

@@ -9,43 +9,18 @@ name) registers with the kubelet and writes CDI specs that containerd injects.
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from kubernetes.client.rest import ApiException
 
 from conformance import checks, objects
 from fake_devices import faults
 from harness import wait
-from harness.backends.local.realnode import images
 from harness.k8s.client import Clients
 
-pytestmark = [pytest.mark.needs_kubelet, pytest.mark.fake_devices]
+pytestmark = [pytest.mark.needs_kubelet,
+              pytest.mark.fake_devices("a kubelet plugin the harness starts, kills, restarts and stops, and fault "
+                                       "injection (the fake driver's plugins on the real node)")]
 
 FAULT_KEY = "dra-harness.x-k8s.io/fault"
-ENV_LINE = re.compile(r"^(DRA_[A-Z0-9_]+)=(.*)$")
-
-
-def shell_pod(name: str, node: str, claim_template: str) -> dict:
-    """A pod on the real node whose container prints its DRA_* environment, then waits."""
-    return objects.pod_on_node(name, node, images.SHELL_IMAGE, command=objects.PRINT_DRA_ENV,
-                               claim_template=claim_template)
-
-
-def printed_env(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> dict[str, str]:
-    """The DRA_* variables the container printed (waits for the line that ends the list)."""
-    def logs():
-        try:
-            text = k8s.core.read_namespaced_pod_log(pod, namespace, container="main") or ""
-        except ApiException as err:
-            if err.status == 400:  # the container has not started yet
-                return None
-            raise
-        return text if objects.ENV_DONE in text else None
-
-    text = wait.until(f"pod {pod} to print its environment", logs, timeout,
-                      diagnostics=lambda: wait.describe_namespace(k8s, namespace))
-    return dict(m.groups() for m in map(ENV_LINE.match, text.splitlines()) if m)
 
 
 def devices_in_env(env: dict[str, str]) -> set[tuple[str, str, str, str]]:
@@ -68,8 +43,8 @@ def node_driver(k8s: Clients, real_node, fake_driver, dra_namespace):
 def _prepared_pod(k8s: Clients, namespace: str, node: str, pod: str):
     """Start a shell pod with a claim from `one-gpu` on the real node; (claim, driver) once the
     container has printed its environment (so the claim was prepared and injected)."""
-    k8s.core.create_namespaced_pod(namespace, shell_pod(pod, node, "one-gpu"))
-    printed_env(k8s, namespace, pod, timeout=90)
+    k8s.core.create_namespaced_pod(namespace, objects.shell_pod(pod, node, "one-gpu"))
+    checks.printed_env(k8s, namespace, pod, timeout=90)
     claim = checks.pod_claim(k8s, namespace, pod)
     return claim, claim.status.allocation.devices.results[0].driver
 
@@ -83,14 +58,14 @@ def _wait_gone(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> N
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
 def test_prepared_pod_sees_exactly_its_devices(k8s: Clients, dra_namespace, real_node, node_driver):
     ns = dra_namespace
-    k8s.core.create_namespaced_pod(ns, shell_pod("sees", real_node.name, "one-gpu"))
+    k8s.core.create_namespaced_pod(ns, objects.shell_pod("sees", real_node.name, "one-gpu"))
     checks.running(k8s, ns, "sees", timeout=90)
     claim = checks.pod_claim(k8s, ns, "sees")
     results = claim.status.allocation.devices.results
     assert len(results) == 1
     allocated = {(r.driver, r.pool, r.device, claim.metadata.uid) for r in results}
 
-    env = printed_env(k8s, ns, "sees")
+    env = checks.printed_env(k8s, ns, "sees")
     # Exactly the allocated device: not another one, not one more.
     assert devices_in_env(env) == allocated, env
     prefix = next(k[:-len("_CLAIM_UID")] for k in env if k.endswith("_CLAIM_UID"))
@@ -130,7 +105,7 @@ def test_device_health_reaches_allocated_resources_status(k8s: Clients, dra_name
                                      objects.device_toleration(FAULT_KEY, operator="Exists"))
     k8s.resource.create_namespaced_resource_claim_template(
         ns, objects.claim_template("tolerant", requests=[gpu_request]))
-    k8s.core.create_namespaced_pod(ns, shell_pod("health", real_node.name, "tolerant"))
+    k8s.core.create_namespaced_pod(ns, objects.shell_pod("health", real_node.name, "tolerant"))
     checks.running(k8s, ns, "health", timeout=90)
     claim = checks.pod_claim(k8s, ns, "health")
     result = claim.status.allocation.devices.results[0]

@@ -7,7 +7,8 @@ import pytest
 
 from conformance import checks, objects
 
-pytestmark = [pytest.mark.dra_feature("DRAPartitionableDevices", maturity="beta"), pytest.mark.fake_devices]
+pytestmark = [pytest.mark.dra_feature("DRAPartitionableDevices", maturity="beta"),
+              pytest.mark.fake_devices("the a100-mig profile (MIG placements and their counters)")]
 
 
 def _on_gpu(driver, parent: int, *extra: str) -> list[str]:

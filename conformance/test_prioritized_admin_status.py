@@ -20,72 +20,70 @@ from kubernetes.client.rest import ApiException
 from conformance import checks, objects
 from harness import wait
 
-pytestmark = [pytest.mark.fake_devices]
 PRIORITIZED = pytest.mark.dra_feature("DRAPrioritizedList", maturity="ga")
 ADMIN = pytest.mark.dra_feature("DRAAdminAccess", maturity="ga")
 DEVICE_STATUS = pytest.mark.dra_feature("DRAResourceClaimDeviceStatus", maturity="ga")
 
-NUMA = objects.standard_attribute("numaNode")
 ADMIN_MESSAGE = ("spec.devices.requests[0].adminAccess: Forbidden: admin access to devices requires the "
                  "`resource.kubernetes.io/admin-access: true` label on the containing namespace")
 
 
-def _template_pod(k8s, ns: str, name: str, *requests: dict, template: str | None = None) -> None:
-    """A pod `name` using template `template` (default: a new template `name` with these requests)."""
+def _template_pod(k8s, ns: str, pool, name: str, *requests: dict, template: str | None = None) -> None:
+    """A pod `name` where the pool's devices are, using template `template` (default: a new template
+    `name` with these requests)."""
     if template is None:
         k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(name,
                                                                                           requests=list(requests)))
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim(name, template or name))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim(name, template or name)))
 
 
 def _results(k8s, ns: str, pod: str) -> list[tuple[str, str]]:
     """(request, device) of the claim of a running pod."""
-    checks.running(k8s, ns, pod)
+    checks.running(k8s, ns, pod, timeout=90)
     return [(request, device) for request, _, device in checks.allocated_devices(checks.pod_claim(k8s, ns, pod))]
 
 
 # --- prioritized list ----------------------------------------------------------------------------
 
 @PRIORITIZED
-def test_first_subrequest_wins_when_it_can_be_satisfied(k8s, dra_namespace, fake_driver, simulated_node):
+def test_first_subrequest_wins_when_it_can_be_satisfied(k8s, dra_namespace, devices_under_test):
     ns = dra_namespace
-    gpu = f"{fake_driver({simulated_node: 'tiny'}).config.instance}-gpu"
-    _template_pod(k8s, ns, "pair-or-single", objects.first_available(
-        "gpu", objects.request(gpu, name="pair", count=2), objects.request(gpu, name="single")))
-    assert _results(k8s, ns, "pair-or-single") == [("gpu/pair", "gpu-0"), ("gpu/pair", "gpu-1")]
+    pool = devices_under_test(2)
+    _template_pod(k8s, ns, pool, "pair-or-single", objects.first_available(
+        "gpu", pool.request("pair", count=2), pool.request("single")))
+    assert sorted(_results(k8s, ns, "pair-or-single")) == [("gpu/pair", d) for d in sorted(pool.names)]
 
 
 @PRIORITIZED
-def test_next_subrequest_when_the_first_cannot_be_satisfied(k8s, dra_namespace, fake_driver, simulated_node):
-    """Two GPUs on NUMA node 0 do not exist on `tiny` (one per NUMA node): the single GPU is taken instead."""
+def test_next_subrequest_when_the_first_cannot_be_satisfied(k8s, dra_namespace, devices_under_test):
+    """Three devices where the test has two cannot be had: the single device is taken instead."""
     ns = dra_namespace
-    gpu = f"{fake_driver({simulated_node: 'tiny'}).config.instance}-gpu"
-    _template_pod(k8s, ns, "local-pair-or-single", objects.first_available(
-        "gpu", objects.request(gpu, name="local-pair", count=2, selectors=[f"{NUMA} == 0"]),
-        objects.request(gpu, name="single")))
-    [(request, device)] = _results(k8s, ns, "local-pair-or-single")
-    assert request == "gpu/single" and device in ("gpu-0", "gpu-1")
+    pool = devices_under_test(2)
+    _template_pod(k8s, ns, pool, "triple-or-single", objects.first_available(
+        "gpu", pool.request("triple", count=3), pool.request("single")))
+    [(request, device)] = _results(k8s, ns, "triple-or-single")
+    assert request == "gpu/single" and device in pool.names
 
 
 @PRIORITIZED
-def test_falls_back_while_the_first_choice_is_in_use(k8s, dra_namespace, fake_driver, simulated_node):
+def test_falls_back_while_the_first_choice_is_in_use(k8s, dra_namespace, devices_under_test):
     ns = dra_namespace
-    gpu = f"{fake_driver({simulated_node: 'tiny'}).config.instance}-gpu"
-    _template_pod(k8s, ns, "holder", objects.request(gpu, selectors=[f"{NUMA} == 0"]))
-    assert _results(k8s, ns, "holder") == [("gpu", "gpu-0")]
+    pool = devices_under_test(2)
+    near, far = pool.devices
+    _template_pod(k8s, ns, pool, "holder", pool.request(devices=(near,)))
+    assert _results(k8s, ns, "holder") == [("gpu", near.name)]
 
-    _template_pod(k8s, ns, "near-or-far", objects.first_available(
-        "gpu", objects.request(gpu, name="near", selectors=[f"{NUMA} == 0"]),
-        objects.request(gpu, name="far", selectors=[f"{NUMA} == 1"])))
-    assert _results(k8s, ns, "near-or-far") == [("gpu/far", "gpu-1")]
+    _template_pod(k8s, ns, pool, "near-or-far", objects.first_available(
+        "gpu", pool.request("near", devices=(near,)), pool.request("far", devices=(far,))))
+    assert _results(k8s, ns, "near-or-far") == [("gpu/far", far.name)]
 
     # Neither alternative is free now ...
-    _template_pod(k8s, ns, "late", template="near-or-far")
+    _template_pod(k8s, ns, pool, "late", template="near-or-far")
     condition = checks.unschedulable(k8s, ns, "late")
     assert "cannot allocate all claims" in condition.message
     # ... until the holder goes: then the first choice is served again.
     k8s.core.delete_namespaced_pod("holder", ns)
-    assert _results(k8s, ns, "late") == [("gpu/near", "gpu-0")]
+    assert _results(k8s, ns, "late") == [("gpu/near", near.name)]
 
 
 @PRIORITIZED
@@ -141,31 +139,30 @@ def test_admin_access_needs_the_namespace_label(k8s, dra_namespace):
 
 
 @ADMIN
-def test_admin_access_does_not_consume_the_device(k8s, dra_namespace, fake_driver, simulated_node):
+def test_admin_access_does_not_consume_the_device(k8s, dra_namespace, devices_under_test):
     ns = dra_namespace
     _label_admin(k8s, ns, "true")
-    gpu = f"{fake_driver({simulated_node: 'tiny'}).config.instance}-gpu"
-    on_numa0 = [f"{NUMA} == 0"]  # exactly one GPU: gpu-0
+    pool = devices_under_test(1)
+    (device,) = pool.devices
     k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(
-        "monitor", requests=[objects.admin_request(gpu, selectors=on_numa0)]))
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(
-        "user", requests=[objects.request(gpu, selectors=on_numa0)]))
+        "monitor", requests=[objects.admin_request(pool.device_class, selectors=[pool.only()])]))
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("user"))
 
-    _template_pod(k8s, ns, "monitor-1", template="monitor")
-    checks.running(k8s, ns, "monitor-1")
+    _template_pod(k8s, ns, pool, "monitor-1", template="monitor")
+    checks.running(k8s, ns, "monitor-1", timeout=90)
     [result] = checks.pod_claim(k8s, ns, "monitor-1").status.allocation.devices.results
-    assert (result.device, result.admin_access) == ("gpu-0", True)
+    assert (result.device, result.admin_access) == (device.name, True)
 
-    # The admin allocation left gpu-0 free for a normal claim ...
-    _template_pod(k8s, ns, "user-1", template="user")
-    checks.running(k8s, ns, "user-1")
+    # The admin allocation left the device free for a normal claim ...
+    _template_pod(k8s, ns, pool, "user-1", template="user")
+    checks.running(k8s, ns, "user-1", timeout=90)
     [result] = checks.pod_claim(k8s, ns, "user-1").status.allocation.devices.results
-    assert (result.device, result.admin_access) == ("gpu-0", None)
+    assert (result.device, result.admin_access) == (device.name, None)
     # ... another admin claim gets it while it is in use ...
-    _template_pod(k8s, ns, "monitor-2", template="monitor")
-    assert _results(k8s, ns, "monitor-2") == [("gpu", "gpu-0")]
+    _template_pod(k8s, ns, pool, "monitor-2", template="monitor")
+    assert _results(k8s, ns, "monitor-2") == [("gpu", device.name)]
     # ... but a second normal claim does not.
-    _template_pod(k8s, ns, "user-2", template="user")
+    _template_pod(k8s, ns, pool, "user-2", template="user")
     condition = checks.unschedulable(k8s, ns, "user-2")
     assert "cannot allocate all claims" in condition.message
 
@@ -195,21 +192,22 @@ READY = {"type": "Ready", "status": "True", "reason": "LinkUp", "message": "link
 
 
 @DEVICE_STATUS
-def test_driver_reports_status_of_allocated_devices_only(k8s, dra_namespace, fake_driver, simulated_node):
+def test_driver_reports_status_of_allocated_devices_only(k8s, dra_namespace, devices_under_test):
+    """The harness writes status.devices as a driver would, for a claim of the driver under test."""
     ns = dra_namespace
-    driver = fake_driver({simulated_node: "tiny"})
-    instance = driver.config.instance
+    pool = devices_under_test(3)
+    first, second, other = pool.devices
     k8s.resource.create_namespaced_resource_claim(ns, objects.resource_claim("net", [
-        objects.request(f"{instance}-gpu", name="gpu"), objects.request(f"{instance}-nic", name="nic")]))
-    unallocated = {"driver": driver.drivers.nic, "pool": simulated_node, "device": "nic-0"}
-    message = checks.rejected(_write_device_status, k8s, ns, "net", [unallocated])
+        pool.request("gpu", devices=(first,)), pool.request("nic", devices=(second,))]))
+    message = checks.rejected(_write_device_status, k8s, ns, "net", [
+        {"driver": pool.driver, "pool": second.pool, "device": second.name}])
     assert message.endswith("must be an allocated device in the claim")  # nothing is allocated yet
 
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_claims("user", [objects.claim_ref("net", claim="net")]))
-    checks.running(k8s, ns, "user")
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims("user", [objects.claim_ref("net", claim="net")])))
+    checks.running(k8s, ns, "user", timeout=90)
     claim = checks.allocated_claim(k8s, ns, "net")
     gpu, nic = sorted(claim.status.allocation.devices.results, key=lambda r: r.request)
-    other_nic = "nic-1" if nic.device == "nic-0" else "nic-0"
+    assert (gpu.device, nic.device) == (first.name, second.name)
 
     stored = _write_device_status(k8s, ns, "net", [
         _entry(nic, conditions=[READY], data={"firmware": {"version": "22.41"}}, networkData=NETWORK),
@@ -221,9 +219,9 @@ def test_driver_reports_status_of_allocated_devices_only(k8s, dra_namespace, fak
         {**_entry(gpu), "data": {"health": "ok"}}]
 
     # Rejected: a device of the pool that is not allocated to this claim, a bad address, a duplicate.
-    message = checks.rejected(_write_device_status, k8s, ns, "net", [_entry(nic), {**_entry(nic), "device": other_nic}])
+    message = checks.rejected(_write_device_status, k8s, ns, "net", [_entry(nic), {**_entry(nic), "device": other.name}])
     assert message.startswith('ResourceClaim.resource.k8s.io "net" is invalid: status.devices[1]: Invalid value: ')
-    assert f'"Device":"{other_nic}"' in message and message.endswith("must be an allocated device in the claim")
+    assert f'"Device":"{other.name}"' in message and message.endswith("must be an allocated device in the claim")
     message = checks.rejected(_write_device_status, k8s, ns, "net", [
         _entry(nic, networkData={"interfaceName": "net1", "ips": ["10.9.8.7"]})])
     assert message.endswith('status.devices[0].networkData.ips[0]: Invalid value: "10.9.8.7": must be a valid '
@@ -239,13 +237,14 @@ def test_driver_reports_status_of_allocated_devices_only(k8s, dra_namespace, fak
         found = k8s.resource.read_namespaced_resource_claim("net", ns)
         return found if found.status.allocation is None else None
 
-    released_claim = wait.until("claim net to be deallocated", released, 60,
+    released_claim = wait.until("claim net to be deallocated", released, 90,
                                 diagnostics=lambda: wait.describe_namespace(k8s, ns))
     assert released_claim.status.devices is None
 
 
 @DEVICE_STATUS
 @pytest.mark.dra_feature("DRAConsumableCapacity", maturity="beta")
+@pytest.mark.fake_devices("a shareable NVMe drive of the tiny profile")
 def test_status_of_a_shared_device_names_its_share(k8s, dra_namespace, fake_driver, simulated_node):
     ns = dra_namespace
     nvme = f"{fake_driver({simulated_node: 'tiny'}).config.instance}-nvme"

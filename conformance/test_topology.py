@@ -20,7 +20,8 @@ import pytest
 
 from conformance import checks, objects
 
-pytestmark = [pytest.mark.fake_devices]
+pytestmark = [pytest.mark.fake_devices("profiles with NUMA and PCIe topology over three drivers (GPU, NIC, "
+                                       "NVMe)")]
 GA = pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
 CONSUMABLE = pytest.mark.dra_feature("DRAConsumableCapacity", maturity="beta")
 

@@ -63,12 +63,13 @@ def _own_claim(k8s, ns: str, pod, entry: str):
     return claim
 
 
-@pytest.mark.fake_devices
-def test_gang_members_share_one_claim_generated_from_a_template(k8s, dra_namespace, fake_driver, simulated_node):
+def test_gang_members_share_one_claim_generated_from_a_template(k8s, dra_namespace, devices_under_test):
     ns = dra_namespace
-    instance = fake_driver({simulated_node: "tiny"}).config.instance
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one-gpu", f"{instance}-gpu"))
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one-nic", f"{instance}-nic"))
+    pool = devices_under_test(3)  # one for the group, one for each member
+    group_device, *member_devices = pool.devices
+    simulated_node = pool.node
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("one-gpu", devices=(group_device,)))
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("one-nic", devices=tuple(member_devices)))
     shared = objects.claim_ref("gpu", template="one-gpu")
     own = objects.claim_ref("nic", template="one-nic")
     group = k8s.scheduling.create_namespaced_pod_group(ns, objects.pod_group("train", [shared], min_count=2))
@@ -77,19 +78,19 @@ def test_gang_members_share_one_claim_generated_from_a_template(k8s, dra_namespa
 
     # One member of a gang of two is held back, and nothing is allocated for it.
     # The pods list their own entry before the group's: see test_group_entry_listed_first_keeps_its_device.
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_claims("worker-0", [own, shared], pod_group="train"))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims("worker-0", [own, shared], pod_group="train")))
     checks.scheduler_caught_up(k8s, ns)
     checks.unbound(k8s, ns, "worker-0")
     assert k8s.resource.read_namespaced_resource_claim(group_claim, ns).status.allocation is None
 
     # The second member completes the gang: both are bound, to the node of the one shared GPU.
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_claims("worker-1", [own, shared], pod_group="train"))
-    pods = [checks.running(k8s, ns, name) for name in ("worker-0", "worker-1")]
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims("worker-1", [own, shared], pod_group="train")))
+    pods = [checks.running(k8s, ns, name, timeout=90) for name in ("worker-0", "worker-1")]
     assert [p.spec.node_name for p in pods] == [simulated_node, simulated_node]
 
     claim = k8s.resource.read_namespaced_resource_claim(group_claim, ns)
     [(request, pool, device)] = checks.allocated_devices(claim)
-    assert (request, pool) == ("gpu", simulated_node) and device in ("gpu-0", "gpu-1")
+    assert (request, device) == ("gpu", group_device.name), (request, pool, device)
     assert checks.consumers(claim) == [(SCHEDULING_GROUP, "podgroups", "train", group.metadata.uid)]
     assert [(o.api_version, o.kind, o.name, o.uid, o.controller) for o in claim.metadata.owner_references] == [
         ("scheduling.k8s.io/v1beta1", "PodGroup", "train", group.metadata.uid, True)]
@@ -102,7 +103,7 @@ def test_gang_members_share_one_claim_generated_from_a_template(k8s, dra_namespa
     for pod in pods:
         assert checks.pod_claim_names(pod)["gpu"] == group_claim
         own_devices.append(checks.allocated_devices(_own_claim(k8s, ns, pod, "nic"))[0][2])
-    assert sorted(own_devices) == ["nic-0", "nic-1"]
+    assert sorted(own_devices) == sorted(d.name for d in member_devices)
     assert len(k8s.resource.list_namespaced_resource_claim(ns).items) == 3  # 1 for the group + 1 per pod
 
     found = k8s.scheduling.read_namespaced_pod_group("train", ns)
@@ -137,7 +138,7 @@ SWAPPED_RESULTS = (
     "the pod's own entries first, which avoids it.")
 
 
-@pytest.mark.fake_devices
+@pytest.mark.fake_devices("the nvme-storage profile (shareable NVMe and persistent memory)")
 @pytest.mark.dra_feature("DRAConsumableCapacity", maturity="beta")
 @pytest.mark.xfail(reason=SWAPPED_RESULTS, strict=False)
 def test_group_entry_listed_first_keeps_its_device(k8s, dra_namespace, fake_driver, simulated_node):
@@ -165,28 +166,27 @@ def test_group_entry_listed_first_keeps_its_device(k8s, dra_namespace, fake_driv
     assert got == expected
 
 
-@pytest.mark.fake_devices
-def test_claim_by_name_is_reserved_for_the_group_and_other_entries_stay_per_pod(k8s, dra_namespace, fake_driver,
-                                                                                 simulated_node):
+def test_claim_by_name_is_reserved_for_the_group_and_other_entries_stay_per_pod(k8s, dra_namespace,
+                                                                                 devices_under_test):
     ns = dra_namespace
-    instance = fake_driver({simulated_node: "tiny"}).config.instance
-    k8s.resource.create_namespaced_resource_claim(ns, objects.resource_claim("shared", [
-        objects.request(f"{instance}-gpu")]))
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one-gpu", f"{instance}-gpu"))
+    pool = devices_under_test(2)
+    simulated_node = pool.node
+    k8s.resource.create_namespaced_resource_claim(ns, objects.resource_claim("shared", [pool.request()]))
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("one-gpu"))
     entry = objects.claim_ref("shared", claim="shared")
     group = k8s.scheduling.create_namespaced_pod_group(ns, objects.pod_group("serve", [entry]))  # basic policy
 
     for name in ("a", "b"):
-        k8s.core.create_namespaced_pod(ns, objects.pod_with_claims(name, [entry], pod_group="serve"))
+        k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims(name, [entry], pod_group="serve")))
     # Same entry name, but a template instead of the claim: not the group's entry, so the pod's own.
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_claims(
-        "odd", [objects.claim_ref("shared", template="one-gpu")], pod_group="serve"))
-    a, b, odd = (checks.running(k8s, ns, name) for name in ("a", "b", "odd"))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims(
+        "odd", [objects.claim_ref("shared", template="one-gpu")], pod_group="serve")))
+    a, b, odd = (checks.running(k8s, ns, name, timeout=90) for name in ("a", "b", "odd"))
 
     claim = k8s.resource.read_namespaced_resource_claim("shared", ns)
     assert checks.consumers(claim) == [(SCHEDULING_GROUP, "podgroups", "serve", group.metadata.uid)]
-    [(_, pool, shared_device)] = checks.allocated_devices(claim)
-    assert pool == simulated_node and a.spec.node_name == b.spec.node_name == simulated_node
+    [(_, _, shared_device)] = checks.allocated_devices(claim)
+    assert a.spec.node_name == b.spec.node_name == simulated_node
     assert not claim.metadata.owner_references  # a user's claim: nobody owns it
     # A claim-name entry needs no generated-claim bookkeeping, neither in the group nor in the pods.
     status = k8s.scheduling.read_namespaced_pod_group("serve", ns).status
@@ -196,7 +196,7 @@ def test_claim_by_name_is_reserved_for_the_group_and_other_entries_stay_per_pod(
     odd_claim = _own_claim(k8s, ns, odd, "shared")
     assert odd_claim.metadata.name.startswith("odd-shared-")
     [(_, _, odd_device)] = checks.allocated_devices(odd_claim)
-    assert {shared_device, odd_device} == {"gpu-0", "gpu-1"}
+    assert {shared_device, odd_device} == set(pool.names)
     assert sorted(c.metadata.name for c in k8s.resource.list_namespaced_resource_claim(ns).items) == [
         odd_claim.metadata.name, "shared"]
 
@@ -209,26 +209,24 @@ def test_claim_by_name_is_reserved_for_the_group_and_other_entries_stay_per_pod(
         found = k8s.resource.read_namespaced_resource_claim("shared", ns)
         return found if not found.status.reserved_for and found.status.allocation is None else None
 
-    wait.until("claim shared to be unreserved and deallocated", released, 60,
+    wait.until("claim shared to be unreserved and deallocated", released, 90,
                diagnostics=lambda: wait.describe_namespace(k8s, ns))
     assert not k8s.scheduling.list_namespaced_pod_group(ns).items
 
 
-@pytest.mark.fake_devices
-def test_gang_that_cannot_be_placed_binds_nobody_until_min_count_allows(k8s, dra_namespace, fake_driver,
-                                                                         simulated_node):
-    """Each member also needs its own GPU on NUMA node 0, and `tiny` has one: a gang of two cannot be
-    placed, so neither member is bound and nothing is allocated; minCount 1 lets one through."""
+def test_gang_that_cannot_be_placed_binds_nobody_until_min_count_allows(k8s, dra_namespace, devices_under_test):
+    """Each member also needs its own device, and only one device is offered for that: a gang of two
+    cannot be placed, so neither member is bound and nothing is allocated; minCount 1 lets one through."""
     ns = dra_namespace
-    instance = fake_driver({simulated_node: "tiny"}).config.instance
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("scratch", f"{instance}-nvme"))
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("gpu-numa0", requests=[
-        objects.request(f"{instance}-gpu", selectors=[f"{objects.standard_attribute('numaNode')} == 0"])]))
+    pool = devices_under_test(2)
+    shared_device, own_device = pool.devices
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("scratch", devices=(shared_device,)))
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("only-one", devices=(own_device,)))
     scratch = objects.claim_ref("scratch", template="scratch")
-    own = objects.claim_ref("gpu", template="gpu-numa0")
+    own = objects.claim_ref("gpu", template="only-one")
     k8s.scheduling.create_namespaced_pod_group(ns, objects.pod_group("gang", [scratch], min_count=2))
     for name in ("g0", "g1"):
-        k8s.core.create_namespaced_pod(ns, objects.pod_with_claims(name, [own, scratch], pod_group="gang"))
+        k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims(name, [own, scratch], pod_group="gang")))
 
     condition = checks.pod_group_condition(k8s, ns, "gang", "False")
     assert condition.reason == "Unschedulable"
@@ -240,28 +238,26 @@ def test_gang_that_cannot_be_placed_binds_nobody_until_min_count_allows(k8s, dra
     allocated = {c.metadata.name: c.status.allocation for c in k8s.resource.list_namespaced_resource_claim(ns).items}
     assert allocated == {name: None for name in [group_claim, *own_claims]}
 
-    # minCount is mutable: with 1, one member runs with GPU 0 and the shared drive; the other still waits.
+    # minCount is mutable: with 1, one member runs with its device and the shared one; the other still waits.
     k8s.scheduling.patch_namespaced_pod_group("gang", ns, {"spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}})
-    pods = checks.pods_settled(k8s, ns, running=1, unschedulable=1)
+    pods = checks.pods_settled(k8s, ns, running=1, unschedulable=1, timeout=90)
     [winner] = [p for p in pods.values() if p.status.phase == "Running"]
     [loser] = [p for p in pods.values() if p.status.phase != "Running"]
-    assert checks.allocated_devices(_own_claim(k8s, ns, winner, "gpu")) == [("gpu", simulated_node, "gpu-0")]
+    assert checks.allocated_devices(_own_claim(k8s, ns, winner, "gpu")) == [("gpu", own_device.pool, own_device.name)]
     shared = checks.allocated_claim(k8s, ns, group_claim)
-    [(_, _, drive)] = checks.allocated_devices(shared)
-    assert drive in ("nvme-0", "nvme-1")
+    assert checks.allocated_devices(shared) == [("gpu", shared_device.pool, shared_device.name)]
     assert [c[1:3] for c in checks.consumers(shared)] == [("podgroups", "gang")]
     assert k8s.resource.read_namespaced_resource_claim(
         checks.pod_claim_names(loser)["gpu"], ns).status.allocation is None
     assert checks.pod_group_condition(k8s, ns, "gang", "True").reason == "Scheduled"
 
 
-@pytest.mark.fake_devices
-def test_members_wait_for_their_pod_group(k8s, dra_namespace, fake_driver, simulated_node):
+def test_members_wait_for_their_pod_group(k8s, dra_namespace, devices_under_test):
     ns = dra_namespace
-    instance = fake_driver({simulated_node: "tiny"}).config.instance
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one-nic", f"{instance}-nic"))
+    pool = devices_under_test(1)
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("one-nic"))
     entry = objects.claim_ref("nic", template="one-nic")
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_claims("early", [entry], pod_group="late"))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims("early", [entry], pod_group="late")))
 
     # No PodGroup yet: the scheduler holds the pod, and the controller makes no per-pod claim for it.
     checks.scheduler_caught_up(k8s, ns)
@@ -270,7 +266,7 @@ def test_members_wait_for_their_pod_group(k8s, dra_namespace, fake_driver, simul
     assert checks.pod_claim_names(k8s.core.read_namespaced_pod("early", ns)) == {}
 
     group = k8s.scheduling.create_namespaced_pod_group(ns, objects.pod_group("late", [entry]))
-    pod = checks.running(k8s, ns, "early")
+    pod = checks.running(k8s, ns, "early", timeout=90)
     claim = checks.allocated_claim(k8s, ns, checks.pod_claim_names(pod)["nic"])
     assert claim.metadata.name == _group_claim_name(k8s, ns, "late", "nic")
     assert checks.consumers(claim) == [(SCHEDULING_GROUP, "podgroups", "late", group.metadata.uid)]

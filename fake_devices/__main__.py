@@ -11,7 +11,7 @@ import threading
 import kubernetes
 
 from fake_devices import config as driver_config
-from fake_devices.controller import FakeDriver
+from fake_devices.controller import FakeDriver, PublishError
 from fake_devices.errors import InvalidInput
 
 
@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="FakeDriverConfig YAML file")
     parser.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
     parser.add_argument("--delete-on-exit", action="store_true", help="remove this instance's slices when stopping")
+    parser.add_argument("--publish-timeout", type=float, default=600.0,
+                        help="seconds to publish every node's slices before giving up with an error")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
     try:
@@ -38,7 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     driver = FakeDriver(config, api_client).start()
-    driver.wait_idle(timeout=600)
+    try:
+        driver.publish(timeout=args.publish_timeout)
+    except PublishError as err:
+        # not "ready": the harness sees the exit and shows these lines (`cluster up` fails instead of
+        # leaving nodes without devices)
+        print(f"error: could not publish the devices of instance {config.instance}:\n{err}", file=sys.stderr,
+              flush=True)
+        driver.stop(delete_slices=args.delete_on_exit)
+        return 3
     logging.info("published slices for %d nodes of instance %s", len(driver._nodes), config.instance)
     print("ready", flush=True)  # the harness waits for this line
     stopping.wait()

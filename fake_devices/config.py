@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from fake_devices import profile as profiles
+from fake_devices import yamlfile
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.schema import DNS_LABEL, DNS_SUBDOMAIN, Reader
 
@@ -39,16 +40,25 @@ class DriverConfig:
         return f"{self.instance}-faults"
 
 
+def domain_problem(domain: str) -> tuple[str, str] | None:
+    """(problem, allowed) when `domain` cannot be a driver domain: driver names are DNS subdomains of at
+    most 63 characters, and the longest one is storage.<domain>."""
+    longest = f"storage.{domain}"
+    if not DNS_SUBDOMAIN.match(domain or "") or len(longest) > 63:
+        return (f"{domain!r} does not make valid driver names ({longest})",
+                "a DNS subdomain of at most 55 characters; driver names are at most 63 characters")
+    return None
+
+
 def build(instance: str, domain: str, profile_names: list[str], *, nodes: dict[str, str] | None = None,
           source: str = "(config)", **options) -> DriverConfig:
     problems = []
     if not DNS_LABEL.match(instance or "") or len(instance) > 40:
         problems.append(Problem(source, "instance", f"{instance!r} is not a valid instance name",
                                 "a DNS label of at most 40 characters"))
-    longest = f"storage.{domain}"
-    if not DNS_SUBDOMAIN.match(domain or "") or len(longest) > 63:
-        problems.append(Problem(source, "domain", f"{domain!r} does not make valid driver names ({longest})",
-                                "a DNS subdomain; driver names are at most 63 characters"))
+    problem = domain_problem(domain)
+    if problem:
+        problems.append(Problem(source, "domain", *problem))
     loaded: dict[str, profiles.Profile] = {}
     wanted = set(profile_names) | set((nodes or {}).values())
     for name in sorted(wanted):
@@ -71,10 +81,7 @@ def build(instance: str, domain: str, profile_names: list[str], *, nodes: dict[s
 
 def load(path: Path) -> DriverConfig:
     problems: list[Problem] = []
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise InvalidInput([Problem(str(path), "(file)", f"cannot read: {err}")]) from None
+    data = yamlfile.load(path)
     top = Reader(data, str(path), "", problems)
     top.str("apiVersion", required=True)
     kind = top.str("kind", required=True)

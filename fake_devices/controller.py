@@ -10,11 +10,13 @@ The same class runs as a long-lived process (python -m fake_devices) and inside 
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
 import time
 from collections import defaultdict
+from typing import Any
 
 import kubernetes
 from kubernetes.client.rest import ApiException
@@ -27,6 +29,42 @@ from fake_devices.plan import plan_pool
 log = logging.getLogger("fake_devices")
 INSTANCE_LABEL = "dra-harness.x-k8s.io/fake-driver-instance"
 RESYNC_SECONDS = 300  # a full pass now and then repairs anything a missed watch event left behind
+RETRY_SECONDS = 1.0  # after a failure that may pass (connection, 5xx, conflict, throttling)
+REJECTED_RETRY_SECONDS = 30.0  # after the API server refused a slice: retrying soon cannot help
+# 4xx answers that say "not now" rather than "never": conflict, gone/not found (someone else deleted it),
+# throttling. Any other 4xx is the API server refusing what the driver wrote.
+TRANSIENT_CLIENT_ERRORS = {404, 409, 410, 429}
+
+
+class SliceRejected(Exception):
+    """The API server refused a ResourceSlice: which slice, which field, and the server's words."""
+
+    def __init__(self, node: str, body: dict, err: ApiException):
+        self.node = node
+        self.slice_name = (body.get("metadata") or {}).get("name", "?")
+        self.driver = (body.get("spec") or {}).get("driver", "?")
+        self.status = err.status
+        self.message, self.fields = _api_message(err)
+        where = f" at {', '.join(self.fields)}" if self.fields else ""
+        super().__init__(f"ResourceSlice {self.slice_name} (node {node}, driver {self.driver}) refused by the API "
+                         f"server ({err.status} {err.reason}){where}: {self.message}")
+
+
+class PublishError(Exception):
+    """The driver could not publish every node's slices; the text lists each node and why."""
+
+
+def _api_message(err: ApiException) -> tuple[str, list[str]]:
+    """The message and field paths of a Kubernetes Status error body."""
+    try:
+        status = json.loads(err.body or "")
+    except (TypeError, ValueError):
+        return str(err.body or err.reason or "").strip()[:2000], []
+    if not isinstance(status, dict):
+        return str(status)[:2000], []
+    causes = ((status.get("details") or {}).get("causes") or []) if isinstance(status.get("details"), dict) else []
+    fields = [c["field"] for c in causes if isinstance(c, dict) and c.get("field")]
+    return str(status.get("message") or err.reason or "")[:2000], fields
 
 
 class FakeDriver:
@@ -38,6 +76,9 @@ class FakeDriver:
         self.resource = kubernetes.client.ResourceV1Api(api_client)
         self._lock = threading.Lock()
         self._nodes: dict[str, tuple[str, str]] = {}  # node -> (uid, profile name)
+        # Explicit nodes (config.nodes) can change at run time (assign()); without them the node label decides.
+        self._explicit = bool(config.nodes)
+        self._assigned: dict[str, str] = dict(config.nodes)
         self._faults: dict[str, dict[str, str]] = {}  # node -> device -> fault kind
         self._slices: dict[str, dict[str, dict]] = defaultdict(dict)  # node -> slice name -> slice dict
         self._dirty: queue.Queue[str | None] = queue.Queue()
@@ -48,6 +89,8 @@ class FakeDriver:
         self._threads: list[threading.Thread] = []
         self._watches: set = set()  # open watch streams, closed by stop() so threads end at once
         self._idle = threading.Condition(self._lock)
+        self._retrying: set[str] = set()  # failed for a passing reason, retry scheduled: not idle yet
+        self.rejected: dict[str, SliceRejected] = {}  # node -> the API server's refusal of its newest try
         self.errors: list[str] = []
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -90,31 +133,71 @@ class FakeDriver:
     # --- public helpers -------------------------------------------------------------------------
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
-        """Block until no node is queued or being reconciled (used by tests and benchmarks)."""
+        """Block until no node is queued, being reconciled or waiting for a retry after a passing failure
+        (a node whose slices the API server refused counts as done: see `rejected`)."""
         deadline = time.monotonic() + timeout
         with self._idle:
-            while self._queued or self._processing:
+            while self._queued or self._processing or self._retrying:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._idle.wait(remaining)
         return True
 
+    def publish(self, timeout: float) -> None:
+        """Wait until every known node's slices are published; PublishError naming each node that is not
+        (the API server refused a slice: which slice, field and message; or still failing at the deadline)."""
+        idle = self.wait_idle(timeout)
+        with self._lock:
+            problems = [str(err) for _, err in sorted(self.rejected.items())]
+            if not idle:
+                pending = sorted(self._queued | self._processing | self._retrying)
+                last = {line.split(":", 1)[0]: line for line in self.errors}
+                problems += [f"node {n}: not published after {timeout:.0f}s" + (f" (last error: {last[n]})"
+                                                                                 if n in last else "")
+                             for n in pending]
+        if problems:
+            raise PublishError("\n".join(problems))
+
     def profile_for(self, node: str) -> str | None:
-        if self.config.nodes:
-            return self.config.nodes.get(node)
+        if self._explicit:
+            with self._lock:
+                return self._assigned.get(node)
         return None  # label-selected: looked up from the node object
+
+    def assign(self, node: str, profile: str | None) -> None:
+        """Serve `node` with `profile` from now on (a driver rolled out to one more node), or stop
+        serving it (None: its slices are deleted). Only for a driver started with explicit nodes; the
+        profile must be one of its config's. Returns at once; `wait_idle()` waits for the writes."""
+        if not self._explicit:
+            raise ValueError(f"fake driver {self.config.instance} selects nodes by label; assign() needs explicit nodes")
+        if profile is not None and profile not in self.config.profiles:
+            raise ValueError(f"profile {profile!r} is not loaded by fake driver {self.config.instance} "
+                             f"(loaded: {', '.join(sorted(self.config.profiles))})")
+        with self._lock:
+            if profile is None:
+                self._assigned.pop(node, None)
+            else:
+                self._assigned[node] = profile
+        try:
+            self._remember_node(self.core.read_node(node))
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            with self._lock:
+                self._nodes.pop(node, None)  # no such node: nothing to publish
+        self._mark(node)
 
     def ensure_device_classes(self) -> list[str]:
         """One DeviceClass per device type present in the profiles (`<instance>-<type>`)."""
         names = []
         for device_type, driver in self._device_types().items():
             name = f"{self.config.instance}-{device_type}"
-            attr = f'device.attributes["{driver}"].type'
-            spec: dict = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}" && {attr} == "{device_type}"'}}]}
+            expression = variants.class_expression(self.config.variant, driver, device_type)
+            spec: dict = {"selectors": [{"cel": {"expression": expression}}]}
             if device_type in self.config.extended_resources:
                 spec["extendedResourceName"] = self.config.extended_resources[device_type]
-            body = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            body: dict[str, Any] = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                     "metadata": {"name": name, "labels": {INSTANCE_LABEL: self.config.instance}}, "spec": spec}
             try:
                 self.resource.create_device_class(body)
@@ -142,8 +225,8 @@ class FakeDriver:
                 types["gpu"] = self.drivers.gpu
                 if group.mig_mode != "none":
                     types["mig"] = self.drivers.gpu
-            for group in prof.storage:
-                types[group.kind] = self.drivers.storage
+            for storage in prof.storage:
+                types[storage.kind] = self.drivers.storage
             if prof.nics:
                 types["nic"] = self.drivers.nic
         return types
@@ -152,7 +235,7 @@ class FakeDriver:
 
     def _node_profile(self, node) -> str | None:
         explicit = self.profile_for(node.metadata.name)
-        if self.config.nodes:
+        if self._explicit:
             return explicit
         return (node.metadata.labels or {}).get(PROFILE_LABEL)
 
@@ -163,7 +246,7 @@ class FakeDriver:
         selector = f"{INSTANCE_LABEL}={self.config.instance}"
         for item in self.resource.list_resource_slice(label_selector=selector).items:
             obj = self.api.sanitize_for_serialization(item)
-            self._slices[obj["spec"].get("nodeName") or ""][obj["metadata"]["name"]] = obj
+            self._slices[_node_of(obj)][obj["metadata"]["name"]] = obj
         for node in set(self._nodes) | set(self._slices):
             self._mark(node)
 
@@ -249,7 +332,7 @@ class FakeDriver:
     def _watch_slices(self) -> None:
         def on_slice(kind: str, item) -> None:
             obj = self.api.sanitize_for_serialization(item)
-            node, name = obj["spec"].get("nodeName") or "", obj["metadata"]["name"]
+            node, name = _node_of(obj), obj["metadata"]["name"]
             with self._lock:
                 known = self._slices[node].get(name)
                 if kind == "DELETED":
@@ -304,24 +387,44 @@ class FakeDriver:
             with self._lock:
                 self._queued.discard(node)
                 self._processing.add(node)
-            failed = False
+            retry_after = None
             try:
                 self.reconcile(node)
+                with self._lock:
+                    self.rejected.pop(node, None)
+            except SliceRejected as err:
+                log.error("%s", err)
+                self.errors.append(f"{node}: {err}")
+                with self._lock:
+                    self.rejected[node] = err
+                retry_after = REJECTED_RETRY_SECONDS  # a changed profile or fault may fix it; keep trying, slowly
             except Exception as err:
-                failed = True
                 detail = f"{err.status} {err.reason}" if isinstance(err, ApiException) else str(err)
                 log.warning("reconcile %s failed: %s", node, detail)
                 self.errors.append(f"{node}: {detail}")
+                retry_after = RETRY_SECONDS
             finally:
                 with self._idle:
                     self._processing.discard(node)
                     again = node in self._redo
                     self._redo.discard(node)
+                    if retry_after == RETRY_SECONDS and not again and not self._stop.is_set():
+                        self._retrying.add(node)
                     self._idle.notify_all()
             if again:
                 self._mark(node)
-            elif failed and not self._stop.is_set():
-                threading.Timer(1.0, self._mark, args=(node,)).start()  # retry soon
+            elif retry_after is not None and not self._stop.is_set():
+                timer = threading.Timer(retry_after, self._retry, args=(node,))
+                timer.daemon = True
+                timer.start()
+
+    def _retry(self, node: str) -> None:
+        with self._idle:
+            self._retrying.discard(node)
+        if not self._stop.is_set():
+            self._mark(node)
+        with self._idle:
+            self._idle.notify_all()
 
     def desired(self, node: str) -> dict[str, list[dict]]:
         with self._lock:
@@ -344,11 +447,13 @@ class FakeDriver:
             actual = [s for s in actual_all if s["spec"]["driver"] == driver]
             plan = plan_pool(desired.get(driver, []), actual)
             for body in plan.create:
-                self._store(node, self.resource.create_resource_slice(body))
+                with _refusal(node, body):
+                    self._store(node, self.resource.create_resource_slice(body))
             for body, resource_version in plan.update:
                 body = {**body, "metadata": {**body["metadata"], "resourceVersion": resource_version}}
                 try:
-                    self._store(node, self.resource.replace_resource_slice(body["metadata"]["name"], body))
+                    with _refusal(node, body):
+                        self._store(node, self.resource.replace_resource_slice(body["metadata"]["name"], body))
                 except ApiException as err:
                     if err.status == 409:
                         self._refresh(node)  # someone wrote in between: re-read; the retry uses fresh state
@@ -368,6 +473,27 @@ class FakeDriver:
                                                   field_selector=f"spec.nodeName={node}").items
         with self._lock:
             self._slices[node] = {i.metadata.name: self.api.sanitize_for_serialization(i) for i in items}
+
+
+class _refusal:
+    """Turn the API server's refusal of `body` (a 4xx that retrying cannot fix) into SliceRejected."""
+
+    def __init__(self, node: str, body: dict):
+        self.node, self.body = node, body
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, err, tb) -> None:
+        if isinstance(err, ApiException) and err.status and 400 <= err.status < 500 \
+                and err.status not in TRANSIENT_CLIENT_ERRORS:
+            raise SliceRejected(self.node, self.body, err) from err
+
+
+def _node_of(obj: dict) -> str:
+    """The node whose reconcile owns a slice: its nodeName, or, for a broken variant's slice that
+    claims another node, the node it was rendered for."""
+    return (obj["metadata"].get("labels") or {}).get(variants.RENDERED_FOR_LABEL) or obj["spec"].get("nodeName") or ""
 
 
 def ignore_missing(call, *args, **kwargs) -> None:

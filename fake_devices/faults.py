@@ -9,6 +9,8 @@ clearing the entry (recovery) removes the taint or brings the device back.
 
 from __future__ import annotations
 
+from typing import Any
+
 import kubernetes
 from kubernetes.client.rest import ApiException
 
@@ -51,7 +53,7 @@ def set_fault(core: kubernetes.client.CoreV1Api, namespace: str, configmap: str,
             data[node] = format_faults(faults)
         else:
             data.pop(node, None)
-        body = {"apiVersion": "v1", "kind": "ConfigMap",
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": configmap, "namespace": namespace}, "data": data}
         try:
             if cm is None:

@@ -12,18 +12,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import yaml
-
-from fake_devices import mig
+from fake_devices import mig, yamlfile
 from fake_devices.errors import InvalidInput, Problem
-from fake_devices.schema import DNS_LABEL, Reader, is_qualified_name, quantity_value, read_header
+from fake_devices.schema import DNS_LABEL, Reader, is_qualified_name, label_problems, quantity_value, read_header
 
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
 KIND = "NodeProfile"
 BUILTIN_DIR = Path(__file__).resolve().parent / "profiles"
 PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
-CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+CPU_LIST = re.compile(r"^\d{1,5}(-\d{1,5})?(,\d{1,5}(-\d{1,5})?)*$")  # the kernel's cpulist format
+MAX_CPU = 8191  # the kernel's NR_CPUS upper bound on x86-64
 # semver.org 2.0.0, as the API checks version attributes
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
                     r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
@@ -33,7 +33,7 @@ STORAGE_KINDS = ("nvme", "pmem", "cxl-memory")
 STANDARD_PREFIX = "resource.kubernetes.io/"
 
 # Known GPU models: what a profile gets unless it says otherwise.
-GPU_MODELS = {
+GPU_MODELS: dict[str, dict[str, Any]] = {
     "H100-SXM5-80GB": {"memory": "80Gi", "multiprocessors": 132, "architecture": "Hopper", "computeCapability": "9.0"},
     "A100-SXM4-80GB": {"memory": "80Gi", "multiprocessors": 108, "architecture": "Ampere", "computeCapability": "8.0"},
     "L40S": {"memory": "48Gi", "multiprocessors": 142, "architecture": "Ada", "computeCapability": "8.9"},
@@ -93,6 +93,17 @@ class StorageGroup:
     request_step: str | None = None
     prefix: str = ""
     attributes: dict = field(default_factory=dict)
+    io_share: "IoShare | None" = None
+
+
+@dataclass(frozen=True)
+class IoShare:
+    """A shareable device's I/O bandwidth as a fraction: capacity `ioShare` of 1 (the whole device),
+    claimed in fractional steps (DRAFractionalCapacityRange: milli-unit rounding of min/max/step)."""
+    default: str
+    minimum: str
+    step: str
+    maximum: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,18 +144,10 @@ def resolve_path(name_or_path: str) -> Path:
 
 def load(name_or_path: str) -> Profile:
     path = resolve_path(name_or_path)
-    if not path.is_file():
+    if not path.exists():
         raise InvalidInput([Problem(str(name_or_path), "(file)", "no such profile file or built-in profile",
                                     ", ".join(builtin_names()))])
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError) as err:
-        raise InvalidInput([Problem(str(path), "(file)", f"cannot read as text: {err}")]) from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "(document)"
-        raise InvalidInput([Problem(str(path), where, f"not valid YAML: {getattr(err, 'problem', err)}")]) from None
-    return parse(data, str(path))
+    return parse(yamlfile.load(path), str(path))
 
 
 def parse(data, source: str) -> Profile:
@@ -154,7 +157,7 @@ def parse(data, source: str) -> Profile:
     name, spec = read_header(top, API_VERSION, KIND, name_pattern=DNS_LABEL,
                              name_allowed="a DNS label: lowercase letters, digits, '-'")
     description = spec.str("description", default="") or ""
-    node_labels = {str(k): str(v) for k, v in spec.raw_mapping("nodeLabels").items()}
+    node_labels = _node_labels(spec)
 
     numa_nodes = _numa_nodes(spec, problems)
     roots = {root: n.id for n in numa_nodes for root in n.pcie_roots}
@@ -179,6 +182,31 @@ def parse(data, source: str) -> Profile:
     return profile
 
 
+def _node_labels(spec: Reader) -> dict[str, str]:
+    """Labels every node with this profile gets (a pool's own labels win over them)."""
+    raw = spec.raw_mapping("nodeLabels")
+    for key, problem, allowed in label_problems(raw):
+        spec.fail(f"{spec.at('nodeLabels')}.{key}", problem, allowed)
+    return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+
+
+def _cpu_list_problem(cpus: str) -> str | None:
+    """What is wrong with a cpulist the pattern accepted: reversed ranges, overlaps, CPUs beyond the limit."""
+    seen: set[int] = set()
+    for part in cpus.split(","):
+        low, _, high = part.partition("-")
+        first, last = int(low), int(high or low)
+        if first > last:
+            return f"range {part} is reversed"
+        if last > MAX_CPU:
+            return f"CPU {last} is beyond {MAX_CPU}"
+        overlap = seen.intersection(range(first, last + 1))
+        if overlap:
+            return f"CPU {min(overlap)} is listed twice"
+        seen.update(range(first, last + 1))
+    return None
+
+
 def _numa_nodes(spec: Reader, problems: list[Problem]) -> tuple[NumaNode, ...]:
     nodes = []
     seen_ids: set[int] = set()
@@ -189,6 +217,9 @@ def _numa_nodes(spec: Reader, problems: list[Problem]) -> tuple[NumaNode, ...]:
     for r in readers:
         node_id = r.int("id", required=True, minimum=0, maximum=1023)
         cpus = r.str("cpus", required=True, pattern=CPU_LIST, allowed="a CPU list like 0-55,112-167")
+        if cpus and (wrong := _cpu_list_problem(cpus)):
+            r.fail(r.at("cpus"), f"{cpus!r}: {wrong}", f"ascending ranges low-high of CPUs 0..{MAX_CPU}, each CPU once")
+            cpus = None
         memory = r.quantity("memory", required=True)
         roots = []
         for i, root in enumerate(r.scalars("pcieRoots")):
@@ -239,7 +270,7 @@ def _attachments(r: Reader, count: int | None, roots: dict[str, int], numa_ids: 
 
 def _extra_attributes(r: Reader) -> dict:
     """`attributes: {name: value}` -> the API's typed form ({"int": 1}, {"string": "x"}, ...)."""
-    result = {}
+    result: dict[str, dict[str, Any]] = {}
     for name, value in r.raw_mapping("attributes").items():
         where = f"{r.at('attributes')}.{name}"
         if not isinstance(name, str) or not is_qualified_name(name):
@@ -285,7 +316,8 @@ def _gpu_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> GpuGroup
         r.fail(r.at("model"), f"unknown GPU model {model!r}: give memory, multiprocessors and architecture",
                ", ".join(GPU_MODELS))
         return None
-    if None in (model, count, memory, prefix) or not attach:
+    # multiprocessors: given, or the known model's (an unknown model without it was refused above)
+    if model is None or count is None or memory is None or multiprocessors is None or prefix is None or not attach:
         return None
     table = mig.TABLES.get(model, {})
     if mode != "none" and not table:
@@ -347,17 +379,67 @@ def _storage_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> Stor
     minimum = sharing.quantity("min")
     step = sharing.quantity("step")
     sharing.done()
+    io_share = _io_share(r.mapping("ioShare"), "ioShare" in r.data, shareable)
     r.done()
-    if None in (kind, count, capacity) or not attach:
+    if kind is None or count is None or capacity is None or not attach:
         return None
+    _check_sharing(sharing, capacity, default, minimum, step)
+    return StorageGroup(kind, model or kind, count, capacity, attach, shareable, default, minimum, step,
+                        prefix or kind, extra, io_share)
+
+
+def _check_sharing(sharing: Reader, capacity: str, default: str | None, minimum: str | None,
+                   step: str | None) -> None:
+    """The API server's rules for the requestPolicy the renderer makes of `sharing` (validRange.min is
+    min, or step when min is absent), so a profile never publishes a slice the server refuses."""
     total = quantity_value(capacity)
     for key, value in (("default", default), ("min", minimum), ("step", step)):
         if value is not None and quantity_value(value) > total:
-            sharing.fail(sharing.at(key), f"{value} is more than the device capacity {capacity}")
-    if default and minimum and quantity_value(default) < quantity_value(minimum):
-        sharing.fail(sharing.at("default"), f"{default} is below min {minimum}")
-    return StorageGroup(kind, model or kind, count, capacity, attach, shareable, default, minimum, step,
-                        prefix or kind, extra)
+            sharing.fail(sharing.at(key), f"{value} is more than the device capacity {capacity}",
+                         f"at most {capacity}")
+        elif value is not None and quantity_value(value) * 1000 % 1:
+            sharing.fail(sharing.at(key), f"{value} is finer than a thousandth", "a multiple of 1m")
+    if sharing.problems and any(p.field.startswith(sharing.path) for p in sharing.problems):
+        return
+    low = minimum or step
+    if default and low and quantity_value(default) < quantity_value(low):
+        sharing.fail(sharing.at("default"), f"{default} is below min {low}", f"at least {low}")
+    elif step and low and quantity_value(low) + quantity_value(step) > total:
+        sharing.fail(sharing.at("step"), f"min {low} plus one step {step} is more than the capacity {capacity}",
+                     "a step of at most capacity - min")
+    elif step and default and low and (quantity_value(default) - quantity_value(low)) % quantity_value(step):
+        sharing.fail(sharing.at("default"), f"{default} is not min {low} plus a multiple of step {step}",
+                     "min + k * step")
+
+
+def _io_share(r: Reader, present: bool, shareable: bool) -> IoShare | None:
+    """`ioShare: {default, min, step, max}`: fractions of the device's I/O bandwidth (1 = all of it)."""
+    if not present:
+        return None
+    default = r.quantity("default", required=True, positive=False)
+    minimum = r.quantity("min", required=True, positive=False)
+    step = r.quantity("step", required=True)
+    maximum = r.quantity("max")
+    r.done()
+    if not shareable:
+        r.fail(r.path, "needs `sharing` (only a shareable device can be claimed in fractions)")
+    if default is None or minimum is None or step is None:
+        return None
+    given = {key: value for key, value in (("default", default), ("min", minimum), ("step", step),
+                                           ("max", maximum)) if value}
+    milli = {key: quantity_value(value) * 1000 for key, value in given.items()}
+    for key, value in milli.items():
+        if value != int(value):  # the API computes fractional ranges in milli-units
+            r.fail(r.at(key), f"{given[key]} is not a whole number of milli-units", "e.g. 50m, 250m, 1")
+            return None
+        if value > 1000:
+            r.fail(r.at(key), f"{given[key]} is more than the whole device (1)", "at most 1")
+            return None
+    if milli["default"] < milli["min"] or ("max" in milli and milli["default"] > milli["max"]):
+        r.fail(r.at("default"), f"{default} is outside min..max", f"{minimum}..{maximum or 1}")
+    elif (milli["default"] - milli["min"]) % milli["step"] or ("max" in milli and (milli["max"] - milli["min"]) % milli["step"]):
+        r.fail(r.at("step"), f"default and max must be min + a multiple of {step}")
+    return IoShare(default, minimum, step, maximum)
 
 
 def _nic_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> NicGroup | None:
@@ -368,7 +450,7 @@ def _nic_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> NicGroup
     attach = _attachments(r, count, roots, numa_ids, need_root=True)
     extra = _extra_attributes(r)
     r.done()
-    if None in (model, count, bandwidth) or not attach:
+    if model is None or count is None or bandwidth is None or not attach:
         return None
     return NicGroup(model, count, bandwidth, attach, prefix or "nic", extra)
 

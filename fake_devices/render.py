@@ -15,7 +15,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fake_devices import mig
 from fake_devices.errors import Problem
@@ -69,7 +71,7 @@ def _pci_bus_id(root: str, index_under_root: int) -> str:
 
 
 def _topology(attach: Attachment, index_under_root: int) -> dict:
-    attributes = {STD + "numaNode": {"int": attach.numa_node}}
+    attributes: dict[str, dict[str, Any]] = {STD + "numaNode": {"int": attach.numa_node}}
     if attach.pcie_root:
         attributes[STD + "pcieRoot"] = {"string": attach.pcie_root}
         attributes[STD + "pciBusID"] = {"string": _pci_bus_id(attach.pcie_root, index_under_root)}
@@ -123,11 +125,16 @@ def _gpu_devices(node: str, group: GpuGroup, per_root: dict) -> tuple[list[dict]
         for profile, start in placements:
             mig_name = f"{name}-mig-{profile.device_suffix}-{start}"
             memory = f"{profile.memory_gb}Gi"
-            device = {"name": mig_name,
-                      "attributes": {"type": {"string": "mig"}, "uuid": {"string": device_uuid(node, mig_name, "MIG")},
-                                     "parentUUID": {"string": gpu_uuid}, "parentIndex": {"int": i},
-                                     "profile": {"string": profile.name}, "placementStart": {"int": start},
-                                     "placementSize": {"int": profile.size}, **copy.deepcopy(common)},
+            attributes = {"type": {"string": "mig"}, "uuid": {"string": device_uuid(node, mig_name, "MIG")},
+                          "parentUUID": {"string": gpu_uuid}, "parentIndex": {"int": i},
+                          "profile": {"string": profile.name}, "placementStart": {"int": start},
+                          "placementSize": {"int": profile.size}, **copy.deepcopy(common)}
+            if not counter_set:
+                # Fixed instances are no PCI functions of their own and share no counter set that would
+                # mark them partitions of one device: their parent's bus ID is not theirs to publish
+                # (pcieRoot stays, for alignment); the GPU itself is not published in fixed mode.
+                attributes.pop(STD + "pciBusID", None)
+            device = {"name": mig_name, "attributes": attributes,
                       "capacity": {"memory": {"value": memory},
                                    "multiprocessors": {"value": str(profile.multiprocessors)}}}
             if counter_set:
@@ -153,11 +160,18 @@ def _storage_devices(node: str, group: StorageGroup, per_root: dict) -> list[dic
                     valid_range["step"] = group.request_step
                 policy["validRange"] = valid_range
             capacity["requestPolicy"] = policy
-        device = {"name": name,
+        device: dict[str, Any] = {"name": name,
                   "attributes": {"type": {"string": group.kind}, "model": {"string": group.model},
                                  "serial": {"string": device_uuid(node, name, "SN")}, "index": {"int": i},
                                  **_topology(attach, under_root), **group.attributes},
                   "capacity": {"size": capacity}}
+        if group.io_share:
+            share = group.io_share
+            valid_range = {"min": share.minimum, "step": share.step}
+            if share.maximum:
+                valid_range["max"] = share.maximum
+            device["capacity"]["ioShare"] = {"value": "1", "requestPolicy": {"default": share.default,
+                                                                              "validRange": valid_range}}
         if group.shareable:
             device["allowMultipleAllocations"] = True
         devices.append(device)
@@ -274,10 +288,14 @@ GENERATED_ATTRIBUTES = {
 }
 
 
+def _groups_by_kind(profile: Profile) -> tuple[tuple[str, Sequence[GpuGroup | StorageGroup | NicGroup]], ...]:
+    return ("gpus", profile.gpus), ("storage", profile.storage), ("nics", profile.nics)
+
+
 def check_limits(profile: Profile) -> list[Problem]:
     """API limits a profile could break through its own declarations (checked on a sample node)."""
     problems = []
-    for kind, groups in (("gpus", profile.gpus), ("storage", profile.storage), ("nics", profile.nics)):
+    for kind, groups in _groups_by_kind(profile):
         for i, group in enumerate(groups):
             for name in sorted(set(group.attributes) & GENERATED_ATTRIBUTES[kind]):
                 problems.append(Problem(profile.source, f"spec.{kind}[{i}].attributes.{name}",
@@ -293,8 +311,8 @@ def check_limits(profile: Profile) -> list[Problem]:
         for device in devices:
             used = len(device["attributes"]) + len(device.get("capacity", {}))
             if used > MAX_ATTRIBUTES_AND_CAPACITIES:
-                group = _group_of(profile, device["name"])
-                problems.append(Problem(profile.source, f"{group}.attributes",
+                where = _group_of(profile, device["name"])
+                problems.append(Problem(profile.source, f"{where}.attributes",
                                         f"device {device['name']} would have {used} attributes and capacities",
                                         f"at most {MAX_ATTRIBUTES_AND_CAPACITIES}"))
                 break
@@ -303,7 +321,7 @@ def check_limits(profile: Profile) -> list[Problem]:
 
 def _group_of(profile: Profile, device_name: str) -> str:
     prefix = device_name.rsplit("-", 1)[0].split("-mig-", 1)[0]
-    for kind, groups in (("gpus", profile.gpus), ("storage", profile.storage), ("nics", profile.nics)):
+    for kind, groups in _groups_by_kind(profile):
         for i, group in enumerate(groups):
             if device_name.startswith(group.prefix + "-"):
                 return f"spec.{kind}[{i}]"

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from harness import __version__, binaries
-from harness.errors import ConfigError, HarnessError, InvalidInput, Problem
+from harness import __version__, backends, binaries
+from harness.backends.base import Backend, ClusterSpec
+from harness.errors import ClusterNotFound, ConfigError, HarnessError, InvalidInput, Problem
 from harness.progress import Reporter
 
 
@@ -24,11 +25,18 @@ def _add_version_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _versions(args) -> binaries.Versions:
-    return binaries.Versions(args.kubernetes_version.lstrip("v"), args.etcd_version.lstrip("v"),
-                             args.kwok_version.lstrip("v"))
+    return binaries.Versions(binaries.check_version(args.kubernetes_version, "--kubernetes-version"),
+                             binaries.check_version(args.etcd_version, "--etcd-version"),
+                             binaries.check_version(args.kwok_version, "--kwok-version"))
+
+
+BACKEND_HELP = ("local (default: control plane + KWOK nodes), kind (real kubelets in Docker), existing (a cluster "
+                "you own, see --kubeconfig)")
 
 
 def _add_suite_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="local", help=BACKEND_HELP)
+    parser.add_argument("--kubeconfig", default=None, help="existing backend: the cluster to test (default: $KUBECONFIG)")
     parser.add_argument("--name", default=None, help="local: cluster name (default: a fresh one for this run)")
     parser.add_argument("--nodes", type=int, default=3, help="local: simulated nodes (default: 3)")
     parser.add_argument("--config", default=None, help="local: cluster definition (file or name in clusters/)")
@@ -67,15 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--node-runtime", action="store_true",
                          help="also build what a real node runs: containerd and the pause binary (needs runc, CNI "
                               "plugins and a static busybox on the machine; see docs/real-node.md)")
+    install.add_argument("--example-driver", action="store_true",
+                         help="also build the reference third-party driver's kubelet plugin (dra-example-driver "
+                              "v0.4.0, from the Go module proxy; docs/vendor-guide.md)")
     where = bins_sub.add_parser("path", help="print the cache directory of verified binaries")
     _add_version_flags(where)
 
     cluster = commands.add_parser("cluster", help="start, stop and inspect clusters")
     cluster_sub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = cluster_sub.add_parser("up", help="start a cluster")
-    up.add_argument("--backend", default="local",
-                    help="local (default: control plane + KWOK nodes), kind (real kubelets in Docker), "
-                         "existing (a cluster you own, see --kubeconfig)")
+    up.add_argument("--backend", default="local", help=BACKEND_HELP)
     up.add_argument("--name", default="dra-harness", help="cluster name (default: dra-harness)")
     up.add_argument("--config", default=None, metavar="FILE|NAME",
                     help="cluster definition (node pools, profiles, preset): a file or a name from clusters/")
@@ -99,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="kind: load this local image instead of building one; existing: the image your cluster "
                          "pulls (default: localhost/dra-harness/fake-driver:<version>)")
     _add_version_flags(up)
+    check = cluster_sub.add_parser("validate", help="check cluster definitions as `cluster up --config` does, "
+                                                    "without building or starting anything")
+    check.add_argument("definitions", nargs="+", metavar="FILE|NAME", help="Cluster YAML files or names in clusters/")
+    check.add_argument("--kubernetes-version", default=binaries.DEFAULT_KUBERNETES, metavar="X.Y.Z",
+                       help="the feature-gate matrix to check presets and gates against")
     down = cluster_sub.add_parser("down", help="stop a cluster and delete its state")
     down.add_argument("--name", default="dra-harness")
     down.add_argument("--all", action="store_true", help="every cluster this user has")
@@ -110,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     lst = cluster_sub.add_parser("list", help="list clusters")
     lst.add_argument("--backend", default="local", help="local (default), kind or existing")
     lst.add_argument("--json", action="store_true")
+    npaths = cluster_sub.add_parser("node-paths", help="print a local cluster's real-node paths for a kubelet plugin "
+                                                        "you start yourself (the spec.kubeletPlugin placeholders)")
+    npaths.add_argument("--name", default="dra-harness", help="local cluster name (default: dra-harness)")
+    npaths.add_argument("--node", default=None, help="only this real node (default: every real node)")
+    npaths.add_argument("--json", action="store_true", help="a JSON list, keys as the placeholders' names")
     kcfg = cluster_sub.add_parser("kubeconfig", help="print the path of a cluster's kubeconfig")
     kcfg.add_argument("--name", default="dra-harness")
     kcfg.add_argument("--backend", default="local", help="local (default), kind or existing")
@@ -144,21 +163,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     conf = commands.add_parser("conformance", help="the DRA conformance suite")
     conf_sub = conf.add_subparsers(dest="action", required=True, metavar="ACTION")
-    crun = conf_sub.add_parser("run", help="run the suite against a local or existing cluster and write reports")
-    crun.add_argument("--backend", choices=("local", "existing"), default="local")
-    crun.add_argument("--kubeconfig", default=None, help="existing backend: the cluster to test")
+    crun = conf_sub.add_parser("run", help="run the suite against a started or existing cluster and write reports")
     _add_suite_flags(crun)
 
     load = commands.add_parser("load", help="locust load tests: requeue latency and scheduling throughput")
     load_sub = load.add_subparsers(dest="action", required=True, metavar="ACTION")
-    lrun = load_sub.add_parser("run", help="one scenario on a fresh local cluster")
+    lrun = load_sub.add_parser("run", help="one scenario on a fresh cluster (or on your own: --backend existing)")
+    lrun.add_argument("--backend", default="local", help=BACKEND_HELP)
+    lrun.add_argument("--kubeconfig", default=None, help="existing backend: the cluster (default: $KUBECONFIG)")
     lrun.add_argument("--scenario", required=True, help="device-freed | slice-added | taint-removed | "
-                                                        "class-created | throughput")
+                                                        "class-created | claim-shared | throughput | "
+                                                        "extended-throughput | steady-state")
     lrun.add_argument("--nodes", type=int, default=10)
     lrun.add_argument("--pending", type=int, default=20, help="waiting pods (throughput: the burst size)")
     lrun.add_argument("--events", type=int, default=20, help="unblocking events to measure")
     lrun.add_argument("--devices-per-node", type=int, default=4)
     lrun.add_argument("--users", type=int, default=1, help="locust users (concurrent events)")
+    lrun.add_argument("--rate", type=float, default=10.0, help="steady-state: pod arrivals per second (default: 10)")
     lrun.add_argument("--time-limit", type=float, default=300, help="seconds; locust stops at this bound")
     lrun.add_argument("--hints", choices=("on", "off"), default="on", help="SchedulerPreQueueingHints")
     lrun.add_argument("--report-dir", type=Path, default=Path("reports/load"))
@@ -175,9 +196,28 @@ def build_parser() -> argparse.ArgumentParser:
     lsweep.add_argument("--hints", choices=("both", "on", "off"), default="both")
     lsweep.add_argument("--report-dir", type=Path, default=Path("reports/sweep"))
 
-    run = commands.add_parser("run", help="main job: local cluster + fake devices, conformance suite, report, stop")
+    kindc = commands.add_parser("kind", help="what the kind backend needs from this machine")
+    kind_sub = kindc.add_subparsers(dest="action", required=True, metavar="ACTION")
+    kind_sub.add_parser("engine", help="say which Docker engine the kind backend would use, and how (changes nothing)")
+    kind_sub.add_parser("build-node-image",
+                        help="build (or find cached) an offline kind node image for Kubernetes v1.37.2")
+
+    from harness import bench_cli
+
+    bench_cli.add_parser(commands)
+
+    run = commands.add_parser("run", help="main job: cluster + fake devices, conformance suite, report, stop")
     _add_suite_flags(run)
+    from harness.migration import command as migration
+
+    migration.add_parser(commands)  # `migration rehearse`
     return parser
+
+
+# Exit statuses: 0 success, 1 a failure (tests failed, a component died), 2 bad input refused before
+# anything started (as argparse does for usage errors), 128+N stopped by signal N.
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
 
 
 def run(argv: list[str], out=sys.stdout) -> int:
@@ -192,14 +232,34 @@ def run(argv: list[str], out=sys.stdout) -> int:
         if args.verbose:
             traceback.print_exc()
         reporter.console.print(f"[red]error:[/red] {escape(str(err))}", markup=True, highlight=False, soft_wrap=True)
-        return 1
-    except KeyboardInterrupt:
+        return EXIT_BAD_INPUT if isinstance(err, ConfigError) else EXIT_FAILURE
+    except KeyboardInterrupt as err:
         reporter.console.print("interrupted; everything started by this command was stopped")
-        return 130
+        return 128 + (err.args[0] if err.args and isinstance(err.args[0], int) else signal.SIGINT)
+
+
+def _kind(args, reporter: Reporter, out) -> int:
+    from harness.backends.kindhost import docker, nodeimage
+
+    facts = docker.detect()
+    decision = docker.decide(facts)
+    if args.action == "engine":
+        print("; ".join(decision.problems) if decision.problems else decision.describe(), file=out)
+        return 1 if decision.problems else 0
+    # The engine is ours only for this command: a dockerd the harness starts is stopped again at the end.
+    engine = docker.acquire("node-image", reporter, facts=facts)
+    try:
+        tag = nodeimage.build(engine, reporter, drops=facts.missing_caps)
+    finally:
+        problems = docker.release("node-image", reporter)
+        for problem in problems:
+            reporter.console.print(f"[yellow]warning:[/yellow] could not restore {escape(problem)}")
+    print(tag, file=out)
+    return 0
 
 
 def _dispatch(args, reporter: Reporter, out) -> int:
-    from harness import backends, runner
+    from harness import runner
 
     if args.command == "binaries":
         if args.action == "install":
@@ -208,6 +268,10 @@ def _dispatch(args, reporter: Reporter, out) -> int:
                 from harness.binaries import noderuntime
 
                 print(noderuntime.ensure(reporter).directory, file=out)
+            if args.example_driver:
+                from harness.binaries import exampledriver
+
+                print(exampledriver.ensure(reporter), file=out)
         else:
             binset = binaries.locate(_versions(args))
         print(binset.directory, file=out)
@@ -215,7 +279,7 @@ def _dispatch(args, reporter: Reporter, out) -> int:
 
     if args.command in ("run", "conformance"):
         options = runner.ConformanceOptions(
-            backend=getattr(args, "backend", "local"), kubeconfig=getattr(args, "kubeconfig", None), name=args.name,
+            backend=args.backend, kubeconfig=args.kubeconfig, name=args.name,
             nodes=args.nodes, preset=args.preset, feature_gates=args.feature_gates, definition=args.config,
             driver_config=args.driver_config, maturity=args.maturity, features=args.features,
             report_dir=args.report_dir, workers=args.workers, keep_cluster=args.keep_cluster,
@@ -224,6 +288,12 @@ def _dispatch(args, reporter: Reporter, out) -> int:
         return runner.run(options, reporter, out)
     if args.command == "load":
         return _load(args, reporter, out)
+    if args.command == "kind":
+        return _kind(args, reporter, out)
+    if args.command == "bench":
+        from harness import bench_cli
+
+        return bench_cli.run(args, reporter, out)
     if args.command == "profiles":
         from harness import profiles_cli
 
@@ -232,10 +302,18 @@ def _dispatch(args, reporter: Reporter, out) -> int:
         from harness import profiles_cli
 
         return profiles_cli.fault(args, out)
+    if args.command == "migration":
+        from harness.migration import command as migration
 
+        return migration.run(args, reporter, out)
+
+    if args.action == "validate":
+        return _validate_definitions(args, out)
+    if args.action == "node-paths":
+        return _node_paths(args, out)
     backend = backends.get(args.backend, reporter)
     if args.action == "up":
-        info = backend.up(_up_options(args))
+        info = backend.up(_up_spec(args, backend))
         print(f"cluster {info.name!r} is up: {info.server}", file=out)
         print(f"export KUBECONFIG={info.kubeconfig}", file=out)
         return 0
@@ -243,7 +321,11 @@ def _dispatch(args, reporter: Reporter, out) -> int:
         names = backend.list() if args.all else [args.name]
         failed = False
         for name in names:
-            leftovers = backend.down(name)
+            try:
+                leftovers = backend.down(name)
+            except ClusterNotFound as err:  # a repeated `down` has nothing left to do: not a failure
+                print(f"nothing to do: {err.message}", file=out)
+                continue
             if leftovers:
                 failed = True
                 print(f"cluster {name!r}: could not clean up: {', '.join(leftovers)}", file=out)
@@ -275,6 +357,53 @@ def _dispatch(args, reporter: Reporter, out) -> int:
     raise HarnessError(f"unknown action {args.action}")
 
 
+def _validate_definitions(args, out) -> int:
+    """`cluster validate`: every problem of every definition, as `cluster up --config` would refuse them."""
+    from harness.config import cluster as cluster_config
+
+    problems: list[Problem] = []
+    for name in args.definitions:
+        try:
+            cluster_config.validate(name, binaries.check_version(args.kubernetes_version, "--kubernetes-version"))
+            print(f"{name}: ok", file=out)
+        except (InvalidInput, ConfigError) as err:
+            problems.extend(err.problems)
+    if problems:
+        raise ConfigError(problems)
+    return 0
+
+
+def _node_paths(args, out) -> int:
+    """`cluster node-paths`: where a vendor's kubelet plugin must put its sockets and CDI specs on a
+    local cluster's real node(s); the same values the harness fills into spec.kubeletPlugin."""
+    from harness import vendor_plugin
+    from harness.backends.local import state
+    from harness.backends.local.realnode.layout import records
+
+    cluster = state.load(state.validate_name(args.name))
+    nodes = records(cluster.data)
+    if not nodes:
+        raise ConfigError([Problem("--name", args.name, "this cluster has no real node (a kubelet plugin runs only "
+                                   "where a real kubelet does)", "a cluster from `cluster up --real-nodes 1`")])
+    if args.node is not None:
+        chosen = [n for n in nodes if n.name == args.node]
+        if not chosen:
+            raise ConfigError([Problem("--node", args.node, f"not a real node of cluster {args.name!r}",
+                                       ", ".join(n.name for n in nodes))])
+        nodes = chosen
+    rows = [vendor_plugin.node_paths(cluster, node) for node in nodes]
+    if args.json:
+        print(json.dumps(rows, indent=2), file=out)
+        return 0
+    for i, row in enumerate(rows):
+        if i:
+            print(file=out)
+        width = max(map(len, row))
+        for key, value in row.items():
+            print(f"{key + ':':<{width + 1}} {value}", file=out)
+    return 0
+
+
 def _int_list(text: str, flag: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -292,15 +421,14 @@ def _load(args, reporter: Reporter, out) -> int:
     if args.action == "run":
         params = scenarios.LoadParams(args.scenario, args.nodes, args.pending, args.events,
                                       devices_per_node=args.devices_per_node, users=args.users,
-                                      time_limit=args.time_limit)
+                                      time_limit=args.time_limit, rate=args.rate)
         summary = load_runner.run(params, report_dir=args.report_dir, hints=args.hints == "on", web=args.web,
-                                  workers=args.workers, keep_cluster=args.keep_cluster, reporter=reporter)
-        latency = summary["latency_ms"]
-        result = (f"{summary['throughput']['pods']} pods at {summary['throughput']['pods_per_second']} pods/s"
-                  if "throughput" in summary else
-                  f"{latency['n']} events, p50 {latency['p50']} ms, p99 {latency['p99']} ms")
-        print(f"{args.scenario}: {result}; missed requeues {summary.get('scheduler', {}).get('missedRequeues')}; "
-              f"report {args.report_dir / 'load-report.json'}", file=out)
+                                  workers=args.workers, keep_cluster=args.keep_cluster, reporter=reporter,
+                                  backend_name=args.backend, kubeconfig=args.kubeconfig)
+        for line in load_runner.result_lines(summary):
+            print(f"{args.scenario}: {line}", file=out)
+        print(f"{args.scenario}: report {args.report_dir / 'load-report.json'}, {args.report_dir / 'load-report.html'}",
+              file=out)
         return 0 if not summary.get("failures") else 1
     modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.hints]
     rows = load_runner.sweep(args.scenario, _int_list(args.nodes, "--nodes"), _int_list(args.pending, "--pending"),
@@ -310,57 +438,31 @@ def _load(args, reporter: Reporter, out) -> int:
     return 0
 
 
-# Flags of `cluster up` that only some backends understand: flag -> (attribute, default, backends).
-_BACKEND_FLAGS = {
-    "--binaries-dir": ("binaries_dir", None, ("local",)),
-    "--source": ("source", "auto", ("local",)),
-    "--nodes": ("nodes", None, ("local", "kind")),
-    "--real-nodes": ("real_nodes", 0, ("local",)),
-    "--preset": ("preset", None, ("local", "kind")),
-    "--feature-gates": ("feature_gates", "", ("local", "kind")),
-    "--runtime-config": ("runtime_config", "", ("local", "kind")),
-    "--kubeconfig": ("kubeconfig", None, ("existing",)),
-    "--no-deploy": ("no_deploy", False, ("kind", "existing")),
-    "--node-image": ("node_image", None, ("kind",)),
-    "--driver-image": ("driver_image", None, ("kind", "existing")),
-}
-
-
-def _up_options(args):
-    """The backend's options for `cluster up`; a flag the chosen backend does not use is an error."""
+def _up_spec(args, backend: Backend) -> ClusterSpec:
+    """The ClusterSpec of `cluster up`; a flag the chosen backend does not use is an error."""
     from harness.config import cluster as cluster_config
 
-    problems = [Problem(flag, str(getattr(args, attr)), f"not used by --backend {args.backend}",
-                        "--backend " + " or ".join(allowed))
-                for flag, (attr, default, allowed) in _BACKEND_FLAGS.items()
-                if args.backend not in allowed and getattr(args, attr) != default]
+    parser_defaults = {"nodes": None, "real_nodes": 0, "source": "auto", "no_deploy": False}
+    problems = []
+    for flag in sorted({flag for name in backends.BACKENDS for flag in backends.backend_class(name).spec_flags}):
+        attr = flag.removeprefix("--").replace("-", "_")
+        value = getattr(args, attr)
+        if flag not in backend.spec_flags and value not in (parser_defaults.get(attr), "", None):
+            users = [name for name in backends.BACKENDS if flag in backends.backend_class(name).spec_flags]
+            problems.append(Problem(flag, str(value), f"not used by --backend {args.backend}",
+                                    "--backend " + " or ".join(users)))
     if problems:
         raise ConfigError(problems)
-    definition = cluster_config.load(args.config) if args.config else None
+    # the same checks as `cluster validate`, before the backend builds or starts anything
+    definition = cluster_config.validate(args.config, _versions(args).kubernetes) if args.config else None
     if definition is not None and args.nodes is not None:
         raise ConfigError([Problem("--nodes", str(args.nodes), "cannot be combined with --config",
                                    "set node counts in the definition's nodePools")])
-    nodes = 3 if args.nodes is None else args.nodes
-    if args.backend == "kind":
-        from harness.backends.kind import NODE_IMAGE, KindUpOptions
-
-        return KindUpOptions(name=args.name, nodes=nodes, preset=args.preset, feature_gates=args.feature_gates,
-                             runtime_config=args.runtime_config, definition=definition,
-                             node_image=args.node_image or NODE_IMAGE, driver_image=args.driver_image,
-                             keep_on_failure=args.keep_on_failure,
-                             kubernetes_version=args.kubernetes_version.lstrip("v"), deploy=not args.no_deploy)
-    if args.backend == "existing":
-        from harness.backends.existing import ExistingUpOptions
-
-        return ExistingUpOptions(name=args.name, kubeconfig=args.kubeconfig, definition=definition,
-                                 deploy=not args.no_deploy, driver_image=args.driver_image,
-                                 keep_on_failure=args.keep_on_failure)
-    from harness.backends.local.backend import UpOptions
-
-    return UpOptions(name=args.name, nodes=nodes, preset=args.preset, feature_gates=args.feature_gates,
-                     runtime_config=args.runtime_config, versions=_versions(args), binaries_dir=args.binaries_dir,
-                     binary_source=args.source, keep_on_failure=args.keep_on_failure, definition=definition,
-                     real_nodes=args.real_nodes)
+    return ClusterSpec(name=args.name, nodes=3 if args.nodes is None else args.nodes, preset=args.preset,
+                       feature_gates=args.feature_gates, runtime_config=args.runtime_config, definition=definition,
+                       keep_on_failure=args.keep_on_failure, versions=_versions(args), binaries_dir=args.binaries_dir,
+                       binary_source=args.source, real_nodes=args.real_nodes, node_image=args.node_image,
+                       driver_image=args.driver_image, deploy=not args.no_deploy, kubeconfig=args.kubeconfig)
 
 
 def _print_status(status, out) -> None:
@@ -390,7 +492,7 @@ def _print_list(rows: list[dict], out) -> None:
 
 
 def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+    raise KeyboardInterrupt(signum)  # the signal number becomes the exit status 128 + N
 
 
 def main() -> None:

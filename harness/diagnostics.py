@@ -8,7 +8,41 @@ from pathlib import Path
 
 import yaml
 
+from harness import backends
+from harness.files import tail
+
 FAKE_DRIVERS = "dra_fake_drivers"  # attribute on the test item: the fake drivers its fixture started
+
+
+def _vendor_parts(item, k8s) -> list[str]:
+    """Vendor mode: the vendor's slices and DeviceClasses as the cluster has them, and its plugin's log."""
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(item.config)
+    if vendor is None:
+        return []
+    parts = []
+    for driver in vendor.drivers:
+        slices = [k8s.api_client.sanitize_for_serialization(s)
+                  for s in k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items]
+        parts.append(f"--- ResourceSlices of vendor driver {driver} ---\n"
+                     + yaml.safe_dump_all(slices, sort_keys=False)[:20000])
+    for kind, name in sorted(vendor.device_classes.items()):
+        try:
+            found = k8s.api_client.sanitize_for_serialization(k8s.resource.read_device_class(name))
+            parts.append(f"--- DeviceClass {name} (spec.deviceClasses.{kind}) ---\n" + yaml.safe_dump(found, sort_keys=False))
+        except Exception as err:
+            parts.append(f"--- DeviceClass {name} (spec.deviceClasses.{kind}): cannot be read: {err}")
+    from harness import vendor_plugin
+
+    logs = [Path(vendor.plugin_log).expanduser()] if vendor.plugin_log else []
+    try:
+        logs += [plugin.log for plugin in vendor_plugin.load_plugins()]  # spec.kubeletPlugin: started by us
+    except Exception as err:
+        parts.append(f"--- the vendor plugins' record cannot be read: {err}")
+    for log in logs:
+        parts.append(f"--- last lines of the plugin log {log} ---\n{tail(log, 60)}")
+    return parts
 
 
 def collect(item, report_dir: str | None) -> str | None:
@@ -30,15 +64,11 @@ def collect(item, report_dir: str | None) -> str | None:
                      + yaml.safe_dump_all(slices, sort_keys=False)[:20000])
         if driver.errors:
             parts.append("driver errors: " + "; ".join(driver.errors[-10:]))
+    parts += _vendor_parts(item, k8s)
     cluster = item.funcargs.get("dra_cluster")
-    if cluster is not None:
-        from harness.backends.local import process, state
-
-        # Also under `--dra-backend existing` pointed at a local cluster (what `dra-harness run` does).
-        local = state.find_by_kubeconfig(cluster.kubeconfig)
-        logs = (local.directory if local else state.cluster_dir(cluster.name)) / "logs"
-        for log in sorted(logs.glob("*.log")) if logs.is_dir() else []:
-            parts.append(f"--- last lines of {log} ---\n{process.tail(log, 30)}")
+    if cluster is not None:  # the cluster record says where its backend keeps component logs
+        for log, text in backends.get(cluster.backend).collect_logs(cluster, lines=30).items():
+            parts.append(f"--- last lines of {log} ---\n{text}")
     text = "\n\n".join(parts)
     if not report_dir:
         return text[:4000]

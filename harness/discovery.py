@@ -41,7 +41,7 @@ def discover(k8s: Clients) -> ClusterFacts:
             stages[name] = stage
     except (ApiException, OSError):
         pass  # not allowed to read metrics: gates stay unknown, nothing is skipped for them
-    apis = set()
+    apis: set[str] = set()
     groups = json.loads(k8s.get_raw("/apis"))["groups"]
     for group in groups:
         apis.update(v["groupVersion"] for v in group["versions"])

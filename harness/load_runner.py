@@ -22,13 +22,16 @@ from pathlib import Path
 
 import yaml
 
-from harness.errors import HarnessError
+from harness import backends, report
+from harness.backends.base import ClusterSpec
+from harness.errors import ConfigError, HarnessError, InvalidInput, Problem
 from harness.progress import Reporter
 from load import scenarios
 from load.scenarios import USER_CLASSES
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "load" / "locustfile.py"
 PROFILE_NAME = "load-gpu"
+MAX_WORKERS = 64  # locust worker processes on this machine
 
 
 def _profile_yaml(devices_per_node: int) -> str:
@@ -58,22 +61,36 @@ def percentile(values: list[float], p: float) -> float | None:
 
 
 def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool = True, web: bool = False,
-        workers: int = 0, keep_cluster: bool = False, reporter: Reporter | None = None, name: str | None = None) -> dict:
+        workers: int = 0, keep_cluster: bool = False, reporter: Reporter | None = None, name: str | None = None,
+        backend_name: str = "local", kubeconfig: str | None = None) -> dict:
     """One scenario on one fresh cluster; returns the summary also written to load-report.json."""
-    from harness.backends.local import LocalBackend
-    from harness.backends.local.backend import UpOptions
     from harness.k8s.client import Clients
 
-    scenarios.validate(params)
+    backend_class = backends.backend_class(backend_name)
+    if "--kubeconfig" in backend_class.spec_flags:  # a cluster the user gives
+        _refuse_given_cluster(backend_name, kubeconfig)
+    if not backend_class.names_its_nodes:
+        raise ConfigError([Problem("--backend", backend_name, "the load scenarios address their nodes as dev-0..N-1 "
+                                   "(the load definition's pool), and this backend names its nodes itself",
+                                   ", ".join(n for n in backends.BACKENDS if backends.backend_class(n).names_its_nodes))])
+    problems = [] if 0 <= workers <= MAX_WORKERS else [
+        Problem("--workers", str(workers), "out of range",
+                f"0 (locust in one process) to {MAX_WORKERS} worker processes")]
+    try:
+        scenarios.validate(params)
+    except InvalidInput as err:
+        problems = err.problems + problems
+    if problems:
+        raise ConfigError(problems)
+    report.open_dir(report_dir, "--report-dir")
     reporter = reporter or Reporter()
-    report_dir.mkdir(parents=True, exist_ok=True)
     name = name or f"load-{params.scenario}-{os.getpid() % 10000}"
-    backend = LocalBackend(reporter)
+    backend = backend_class(reporter)
     work = report_dir / ".work"
     work.mkdir(exist_ok=True)
     definition = _definition(params, work)
-    info = backend.up(UpOptions(name=name, definition=definition,
-                                feature_gates=f"SchedulerPreQueueingHints={str(hints).lower()}"))
+    info = backend.up(ClusterSpec(name=name, definition=definition,
+                                  feature_gates=f"SchedulerPreQueueingHints={str(hints).lower()}"))
     try:
         if not scenarios.SCENARIOS[params.scenario].devices_at_start:
             with reporter.step(f"taking the devices away from {params.nodes} nodes (they come back as events)"):
@@ -94,20 +111,119 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool = True, w
                 backend.down(name)
     latencies = scenario_result["latencies_ms"]
     aggregate = scenario_result.get("locust") or {}
-    if latencies or params.scenario == "throughput":
-        latency = {"n": len(latencies), "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
+    if latencies or params.burst or not workers:  # this process measured (even if nothing)
+        latency = {"n": len(latencies), "p50": percentile(latencies, 50), "p90": percentile(latencies, 90),
+                   "p99": percentile(latencies, 99),
                    "mean": round(statistics.mean(latencies), 2) if latencies else None,
                    "max": max(latencies) if latencies else None, "source": "harness"}
-        failures = params.events - len(latencies) if params.scenario != "throughput" else aggregate.get("failures")
+        failures: int | None = params.events - len(latencies)
     else:  # distributed: the workers measured; the master has locust's aggregate only
         latency = {"n": aggregate.get("requests", 0) - aggregate.get("failures", 0), "p50": aggregate.get("p50_ms"),
                    "p99": aggregate.get("p99_ms"), "source": "locust aggregate (workers)"}
         failures = aggregate.get("failures")
+    if params.burst:  # every pod of the burst created and bound, or the run failed
+        burst = scenario_result["throughput"]
+        failures = burst["not_created"] + burst["unbound"]
     summary = {"params": asdict(params), "hints": hints, "cluster": name, "workers": workers,
                "latency_ms": latency, "failures": failures,
+               "failure_reasons": failure_reasons(params, scenario_result, failures, report_dir),
                **{k: v for k, v in scenario_result.items() if k not in ("latencies_ms",)}}
     (report_dir / "load-report.json").write_text(json.dumps(summary, indent=2))
+    write_html(summary, report_dir / "load-report.html")
     return summary
+
+
+def _refuse_given_cluster(backend_name: str, kubeconfig: str | None) -> None:
+    """A load run on a cluster the user gives: its kubeconfig is checked (missing, unusable or
+    unreachable: a located ConfigError), then the run is refused, before anything is created: every
+    scenario labels, patches and taints its nodes dev-0..N-1 and fills them with claims, and on a
+    cluster dra-harness did not make those nodes are not ours to change."""
+    from harness.k8s.client import Clients, check_reachable, read_kubeconfig
+
+    raw = kubeconfig or os.environ.get("KUBECONFIG")
+    where = "--kubeconfig" if kubeconfig else "$KUBECONFIG"
+    if not raw:
+        raise ConfigError([Problem("--kubeconfig", "(not set)", f"--backend {backend_name} needs the cluster's "
+                                   "kubeconfig", "--kubeconfig FILE or the KUBECONFIG variable")])
+    read_kubeconfig(raw, where)
+    clients = Clients(Path(raw).expanduser())
+    try:
+        check_reachable(clients, f"{where} {raw}")
+    finally:
+        clients.close()
+    raise ConfigError([Problem("--backend", backend_name, "the load scenarios relabel, taint and fill the nodes "
+                               "dev-0..N-1 of their cluster; on a cluster dra-harness did not start those nodes are "
+                               "not its to change, so nothing was done", "--backend local")])
+
+
+def failure_reasons(params: scenarios.LoadParams, result: dict, failures: int | None, report_dir: Path) -> list[str]:
+    """One line per event that was not measured: the locust file's reason for each failed event, and
+    why events were never fired at all."""
+    failed = [f["reason"] for f in result.get("failed_events", [])]
+    if params.burst or not failures:
+        return failed
+    fired = result.get("events", 0)
+    unfired = max(0, params.events - fired)
+    reasons = list(failed)
+    if unfired:
+        setup = result.get("setup_seconds")
+        reasons.append(f"{unfired} of {params.events} events never fired: the run ended after {fired} "
+                       f"(--time-limit {params.time_limit:g}s" + (f", set-up took {setup:g}s of it" if setup else "")
+                       + f"; see {report_dir / 'locust.log'})")
+    unexplained = failures - len(failed) - unfired
+    if unexplained > 0:
+        reasons.append(f"{unexplained} events fired but neither measured nor failed; see {report_dir / 'locust.log'}")
+    return reasons
+
+
+def result_lines(summary: dict) -> list[str]:
+    """The run's outcome in a few lines, for the console and the HTML report."""
+    from harness import conditions
+
+    lines = []
+    burst = summary.get("throughput")
+    if burst:
+        e2e, creation, upstream = burst.get("end_to_end") or {}, burst.get("creation") or {}, burst.get("scheduler_perf")
+        lines.append(f"{burst['bound']} of {burst['burst']} burst pods bound; end to end "
+                     f"{e2e.get('pods_per_second')} pods/s over {e2e.get('seconds')}s; created at "
+                     f"{creation.get('pods_per_second')} pods/s over the {creation.get('seconds')}s creation window")
+        if upstream:
+            lines.append(f"scheduler_perf SchedulingThroughput: average {upstream['Average']} pods/s, "
+                         f"Perc50 {upstream['Perc50']}, Perc90 {upstream['Perc90']}, Perc95 {upstream['Perc95']}, "
+                         f"Perc99 {upstream['Perc99']} ({upstream['samples']} one-second samples)")
+        if not burst["complete"]:
+            lines.append(f"FAILED: {burst['not_created']} pods not created, {burst['unbound']} created but not bound:")
+            lines += [f"  {count} x {reason}" for reason, count in burst["reasons"].items()]
+    else:
+        latency = summary["latency_ms"]
+        lines.append(f"{latency['n']} events, p50 {latency['p50']} ms, p99 {latency['p99']} ms; "
+                     f"failures {summary['failures']}")
+        steady = summary.get("steady_state")
+        if steady:
+            lines.append(f"steady state: {steady['arrivals']} arrivals at {steady['rate']:g}/s, "
+                         f"{steady['late_arrivals']} late (max lag {steady['max_lag_seconds']}s)")
+        if summary.get("failures"):  # each failed or unmeasured event, and why
+            lines += [f"  - {reason}" for reason in summary.get("failure_reasons")
+                      or ["(no reason recorded; see locust.log)"]]
+    lines.append(f"missed requeues {summary.get('scheduler', {}).get('missedRequeues')}")
+    if summary.get("conditions"):
+        lines.append(conditions.describe(summary["conditions"]))
+    return lines
+
+
+def write_html(summary: dict, path: Path) -> None:
+    """A one-page report: the outcome, the conditions (with a CONTENDED banner) and the full JSON."""
+    import html
+
+    contended = (summary.get("conditions") or {}).get("contended")
+    banner = ("<p style='background:#fdd;padding:6px'><b>CONTENDED</b>: other processes took more than 10% of "
+              "the machine during the measured window; the figures are not trustworthy.</p>" if contended else "")
+    body = "".join(f"<li>{html.escape(line)}</li>" for line in result_lines(summary))
+    path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>load: {html.escape(summary['params']['scenario'])}"
+                    f"</title></head><body style='font-family:sans-serif'><h1>{html.escape(summary['params']['scenario'])}"
+                    f", hints {'on' if summary['hints'] else 'off'}</h1>{banner}<ul>{body}</ul>"
+                    "<p>Locust's own report: <a href='locust.html'>locust.html</a></p>"
+                    f"<pre>{html.escape(json.dumps(summary, indent=2))}</pre></body></html>")
 
 
 def _strip_profiles(clients, nodes: int) -> None:
@@ -125,7 +241,8 @@ def _strip_profiles(clients, nodes: int) -> None:
 def _locust_command(params, info, report_dir: Path, results_file: Path, *, web: bool, workers: int) -> list[str]:
     user_class = USER_CLASSES[params.scenario]
     # throughput: enough concurrent creators that pod creation outpaces the scheduler (see BENCHMARKS.md)
-    users = params.users if params.scenario != "throughput" else max(params.users, 64)
+    users = params.users if not params.burst else max(params.users, 64)
+    users = max(users, workers)  # locust gives each worker its part of the users: a worker without one never ends
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), user_class, "-u", str(users), "-r", str(users),
                "--run-time", f"{int(params.time_limit)}s", "--stop-timeout", "10",
                "--csv", str(report_dir / "locust"), "--html", str(report_dir / "locust.html"),
@@ -134,6 +251,8 @@ def _locust_command(params, info, report_dir: Path, results_file: Path, *, web: 
                "--devices-per-node", str(params.devices_per_node), "--device-profile", PROFILE_NAME,
                "--scheduler-metrics-url", info.metrics.get("kube-scheduler", ""),
                "--results-file", str(results_file), "--event-timeout", str(params.event_timeout),
+               "--rate", str(params.rate),
+               "--conditions-root-pid", str(os.getpid()),  # the run's own processes: this one and its children
                "--loglevel", "WARNING"]
     if web:
         command += ["--web-host", "127.0.0.1", "--autostart", "--autoquit", "60"]
@@ -177,23 +296,30 @@ def sweep(scenario: str, nodes: list[int], pending: list[int], events: int, *, r
     reporter = reporter or Reporter()
     for n in nodes:  # refuse the whole grid up front rather than fail half-way through
         for p in pending:
-            scenarios.validate(scenarios.LoadParams(scenario, n, p, min(events, p) if scenario != "throughput" else events,
+            scenarios.validate(scenarios.LoadParams(scenario, n, p, scenarios.sweep_events(scenario, events, p),
                                                     devices_per_node=devices_per_node, time_limit=time_limit))
+    report.open_dir(report_dir, "--report-dir")
     rows = []
     for n in nodes:
         for p in pending:
             for hints in hints_modes:
-                params = scenarios.LoadParams(scenario, n, p, min(events, p) if scenario != "throughput" else events,
+                params = scenarios.LoadParams(scenario, n, p, scenarios.sweep_events(scenario, events, p),
                                               devices_per_node=devices_per_node, time_limit=time_limit)
                 cell = report_dir / f"{scenario}-n{n}-p{p}-hints-{'on' if hints else 'off'}"
                 summary = run(params, report_dir=cell, hints=hints, reporter=reporter)
                 rows.append({"scenario": scenario, "nodes": n, "pending": p, "hints": hints,
                              "p50_ms": summary["latency_ms"]["p50"], "p99_ms": summary["latency_ms"]["p99"],
-                             "events": summary["latency_ms"]["n"],
+                             "events": summary["latency_ms"]["n"], "failures": summary["failures"],
                              "pods_per_second": (summary.get("throughput") or {}).get("pods_per_second"),
+                             "scheduler_perf_average": ((summary.get("throughput") or {}).get("scheduler_perf")
+                                                        or {}).get("Average"),
+                             "creation_pods_per_second": (((summary.get("throughput") or {}).get("creation")
+                                                           or {}).get("pods_per_second")),
                              "missed_requeues": (summary.get("scheduler") or {}).get("missedRequeues"),
                              "generator_cpu_percent": summary["generator"]["cpu_percent"],
-                             "generator_pods_per_second": summary["generator"]["pods_created_per_second"]})
+                             "generator_pods_per_second": summary["generator"]["pods_created_per_second"],
+                             "others_cpu_percent": (summary.get("conditions") or {}).get("others_percent_of_machine"),
+                             "contended": (summary.get("conditions") or {}).get("contended")})
     write_sweep(rows, report_dir)
     return rows
 

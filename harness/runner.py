@@ -1,25 +1,46 @@
 """`dra-harness conformance run` and the main job `dra-harness run`: get a cluster, run the
 conformance suite against it in pytest, write the reports, and stop the cluster if we started it.
 
-The suite always runs with the plugin's `existing` backend pointed at the cluster chosen here, so
-the report shows exactly what `pytest conformance/` checks, on any backend.
+The backend is chosen by name through the registry (harness.backends): one that attaches to a cluster
+you give (`existing`, with --kubeconfig) makes nothing; any other starts a cluster from one
+ClusterSpec and stops it at the end. Either way the suite gets the cluster as data: the typed
+cluster record (harness.records) is written to `<report-dir>/cluster.json` and pytest is pointed at
+it (`--dra-cluster-record`), so the report shows exactly what `pytest conformance/` checks there.
+
+Order matters: every input (flags, cluster definition, vendor file, kubeconfig, report directory) is
+checked by `plan()` before anything is created or started, so bad input costs nothing. Once tests
+run, an interruption (Ctrl-C, SIGTERM) stops pytest gracefully, and the report of the tests that
+finished is still written, marked as interrupted, before the cluster is torn down.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness import report
+from harness import backends, report
 from harness import session as sessions
-from harness.errors import HarnessError
+from harness.backends.base import Backend, ClusterSpec
+from harness.config.cluster import MAX_NODES, ClusterDefinition
+from harness.errors import ConfigError, HarnessError, Problem
 from harness.progress import Reporter
+from harness.records import ClusterInfo, write_cluster
+
+if TYPE_CHECKING:  # imported where used, like the backends
+    from harness.binaries import Versions
+    from harness.config.vendor import VendorDriver
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "conformance"
+MAX_WORKERS = 64
+CLUSTER_RECORD = "cluster.json"  # in the report directory: the cluster the suite ran against
+# How long pytest gets, after it is told to stop, to tear its tests down and write its results.
+PYTEST_STOP_GRACE = 120.0
 
 
 @dataclass
@@ -38,83 +59,286 @@ class ConformanceOptions:
     workers: int = 2
     keep_cluster: bool = False
     binaries_dir: Path | None = None
-    versions: object = None
+    versions: Versions | None = None
     real_nodes: str = "auto"  # local: nodes run by a real kubelet ("auto": one where the machine allows it)
     pytest_args: list[str] = field(default_factory=list)
 
 
-def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
-    from harness.discovery import discover
-    from harness.k8s.client import Clients
+@dataclass
+class Plan:
+    """Checked inputs: what `run` needs, decided before anything exists."""
 
-    report_dir = options.report_dir
-    report_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("results.json", "junit.xml"):
+    options: ConformanceOptions
+    kubeconfig: str | None = None  # a backend that attaches (existing): the cluster's checked kubeconfig
+    definition: ClusterDefinition | None = None  # a backend that starts the cluster: its definition
+    real_nodes: int = 0
+    no_real_node_reason: str = ""
+    vendor_file: VendorDriver | None = None  # vendor mode: the checked VendorDriver file
+
+
+def plan(options: ConformanceOptions) -> Plan:
+    """Check every input; ConfigError (exit status 2) on the first kind of problem, nothing created."""
+    problems: list[Problem] = []
+    if not 0 <= options.workers <= MAX_WORKERS:
+        problems.append(Problem("-n/--workers", str(options.workers), "out of range",
+                                f"0 to {MAX_WORKERS} pytest-xdist workers; 0 or 1 runs the tests in one process"))
+    backend = backends.backend_class(options.backend)  # ConfigError naming --backend if unknown
+    attaches = _attaches(backend)
+    given = {"--config": options.definition, "--preset": options.preset,
+             "--feature-gates": options.feature_gates or None, "--name": options.name,
+             "--real-nodes": None if options.real_nodes == "auto" else options.real_nodes,
+             "--binaries-dir": options.binaries_dir}
+    problems += [Problem(flag, str(value), f"not used by --backend {options.backend}",
+                         "--backend " + " or ".join(_backends_using(flag)))
+                 for flag, value in given.items() if value and not _uses(backend, flag)]
+    if options.driver_config and not attaches:
+        problems.append(Problem("--driver-config", options.driver_config,
+                                f"vendor mode tests your own driver on your own cluster; the {options.backend} "
+                                "backend runs only the dra-harness fake driver", "--backend existing --kubeconfig K"))
+    if "--nodes" in backend.spec_flags and not 0 <= options.nodes <= MAX_NODES:
+        problems.append(Problem("--nodes", str(options.nodes), "out of range", f"0 to {MAX_NODES}"))
+    problems += report.dir_problems(options.report_dir)
+    if problems:
+        raise ConfigError(problems)
+
+    result = Plan(options)
+    if options.driver_config:  # the vendor file's own checks come before anything about the cluster
+        from harness.config import vendor
+
+        result.vendor_file = vendor.load(options.driver_config)
+    if attaches:
+        from harness.k8s.client import read_kubeconfig
+
+        kubeconfig = options.kubeconfig or os.environ.get("KUBECONFIG")
+        if not kubeconfig:
+            raise ConfigError([Problem("--kubeconfig", "(not set)", "--backend existing needs the cluster's "
+                                       "kubeconfig", "--kubeconfig FILE or the KUBECONFIG variable")])
+        where = "--kubeconfig" if options.kubeconfig else "$KUBECONFIG"
+        read_kubeconfig(kubeconfig, where)
+        result.kubeconfig = str(Path(kubeconfig).expanduser())
+        _require_reachable(result.kubeconfig, f"{where} {kubeconfig}")
+        if result.vendor_file is not None:  # its classes, extended resources and image, in the cluster
+            _check_vendor_file(result.vendor_file, result.kubeconfig)
+            if result.vendor_file.kubelet_plugin is not None:  # a real node of a local cluster to start it on
+                from harness import vendor_plugin
+
+                vendor_plugin.real_nodes(result.kubeconfig, result.vendor_file.source)
+        return result
+
+    from harness.binaries import Versions
+    from harness.config import cluster as cluster_config
+    from harness.config import featuregates
+
+    versions = options.versions or Versions()
+    # the checks of `cluster validate`, before anything is built or started
+    chosen = options.definition or backend.suite_definition  # kind: its own default definition
+    result.definition = cluster_config.validate(chosen, versions.kubernetes) if chosen else None
+    definition = result.definition
+    # The same gate checks the local backend makes, here so a bad gate refuses before the report
+    # directory is made (the backend checks again, and against the binaries, before it starts).
+    featuregates.resolve(featuregates.load_matrix(versions.kubernetes),
+                         preset=options.preset or (definition.preset if definition else None),
+                         gate_overrides=",".join(filter(None, [definition.gates_flag() if definition else "",
+                                                               options.feature_gates])),
+                         runtime_overrides=definition.runtime_flag() if definition else "")
+    result.real_nodes, result.no_real_node_reason = backend(None).resolve_real_nodes(options.real_nodes)
+    return result
+
+
+def _attaches(backend: type[Backend]) -> bool:
+    """A backend that takes --kubeconfig works on a cluster you give it; the others start one."""
+    return "--kubeconfig" in backend.spec_flags
+
+
+def _uses(backend: type[Backend], flag: str) -> bool:
+    # a cluster definition and a name are for backends that start the cluster
+    return not _attaches(backend) if flag in ("--config", "--name") else flag in backend.spec_flags
+
+
+def _backends_using(flag: str) -> list[str]:
+    return [name for name in backends.BACKENDS if _uses(backends.backend_class(name), flag)]
+
+
+def _open_report_dir(report_dir: Path) -> None:
+    report.open_dir(report_dir, "--report-dir")
+    for stale in ("results.json", "junit.xml", CLUSTER_RECORD):
         (report_dir / stale).unlink(missing_ok=True)
-    backend, cluster_name, kubeconfig, no_real_node_reason = _cluster(options, reporter)
+
+
+def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
+    checked = plan(options)
+    report_dir = options.report_dir
+    _open_report_dir(report_dir)
+    backend, cluster_name, facts, code = None, None, {}, None
     started = time.monotonic()
+    interrupted: KeyboardInterrupt | None = None
+    summary = None
+    vendor_setup = None
     try:
-        clients = Clients(Path(kubeconfig))
         try:
-            facts = discover(clients)
+            backend, cluster_name, info = _cluster(checked, reporter)
+            record = write_cluster(info, report_dir / CLUSTER_RECORD)
+            facts = _facts(str(info.kubeconfig))
+            suite_env: dict[str, str] = {}
+            if checked.vendor_file is not None and (checked.vendor_file.kubelet_plugin or checked.vendor_file.manifests):
+                from harness import vendor_plugin
+
+                # spec.manifests and spec.kubeletPlugin: set up here, so they are taken down below however
+                # the suite ends (pytest killed after its grace period included)
+                vendor_setup = vendor_plugin.VendorSetup(checked.vendor_file, Path(info.kubeconfig))
+                suite_env = vendor_setup.start(reporter)
+            driver_config = backend.suite_driver_config(cluster_name) if backend and cluster_name else None
+            if driver_config is not None:  # the deployed fake driver, tested the way a vendor's driver is
+                checked.vendor_file = _suite_vendor_file(driver_config, str(info.kubeconfig), reporter)
+                options.driver_config = checked.vendor_file.source
+            code = _run_pytest(_pytest_command(options, record), reporter, suite_env)
+        except KeyboardInterrupt as err:
+            interrupted = err
         finally:
-            clients.close()
-        command = [sys.executable, "-m", "pytest", str(CONFORMANCE_DIR), "-p", "no:cacheprovider",
-                   "--dra-backend=existing", f"--kubeconfig={kubeconfig}", f"--junitxml={report_dir / 'junit.xml'}",
-                   f"--dra-report-dir={report_dir}", f"--dra-maturity={options.maturity}", "-o", "junit_family=xunit2"]
-        if options.features:
-            command.append(f"--dra-features={options.features}")
-        if options.driver_config:
-            command.append(f"--dra-driver-config={options.driver_config}")
-        if options.workers > 1:
-            command += ["-n", str(options.workers)]
-        command += options.pytest_args
-        reporter.info("running the conformance suite: pytest " + " ".join(command[3:]))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        if no_real_node_reason:  # so the kubelet tests say why they skip
-            env[sessions.NO_REAL_NODE_ENV] = no_real_node_reason
-        code = subprocess.call(command, env=env)
-        results = report.load_results(report_dir)
-        summary = report.write(report_dir, results, cluster=facts.to_dict(), run={
-            "backend": options.backend, "preset": options.preset or ("definition " + options.definition
-                                                                      if options.definition else "all-dra"),
-            "driver": options.driver_config or "the dra-harness fake driver", "maturity": options.maturity,
-            "features": options.features or "all", "wallSeconds": round(time.monotonic() - started, 1)})
+            try:
+                if vendor_setup is not None:
+                    with reporter.step("stopping the vendor's kubelet plugin, deleting spec.manifests objects"):
+                        left = vendor_setup.close()
+                    if left:
+                        reporter.info(f"vendor clean-up left: {', '.join(left)}")
+            finally:
+                if code is not None or interrupted:  # the suite ran, or was stopped: report what finished
+                    summary = _write_report(checked, facts, started, interrupted)
     finally:
-        if backend is not None and not options.keep_cluster:
+        if backend is not None and cluster_name is not None and not options.keep_cluster:
             with reporter.step(f"stopping cluster {cluster_name!r}"):
                 leftovers = backend.down(cluster_name)
             if leftovers:
                 reporter.info(f"clean-up left: {', '.join(leftovers)}")
-    print(f"report: {summary['markdown']} and {summary['html']} ({summary['passed']} passed, "
+    assert summary is not None  # written whenever the suite ran or was stopped; any other way out raised
+    state = " (interrupted)" if interrupted else ""
+    print(f"report{state}: {summary['markdown']} and {summary['html']} ({summary['passed']} passed, "
           f"{summary['failed']} failed, {summary['skipped']} skipped)", file=out)
+    if interrupted:
+        raise interrupted
     if code == 5:
         raise HarnessError("no conformance test matched the selection", hint="check --maturity and --features")
     return 0 if code == 0 else 1
 
 
-def _cluster(options: ConformanceOptions, reporter: Reporter):
-    """(backend we started or None, cluster name, kubeconfig path, why it has no real node or "")."""
-    if options.backend == "existing":
-        kubeconfig = options.kubeconfig or os.environ.get("KUBECONFIG")
-        if not kubeconfig or not Path(kubeconfig).expanduser().is_file():
-            raise HarnessError("--backend existing needs a kubeconfig file (--kubeconfig or $KUBECONFIG)")
-        return None, None, str(Path(kubeconfig).expanduser()), ""
-    if options.backend != "local":
-        raise HarnessError(f"unknown backend {options.backend!r}", hint="use local or existing")
-    from harness.backends.local import LocalBackend
-    from harness.backends.local.backend import UpOptions
-    from harness.binaries import Versions
-    from harness.config import cluster as cluster_config
+def _require_reachable(kubeconfig: str, where: str) -> None:
+    from harness.k8s.client import Clients, check_reachable
 
-    definition = cluster_config.load(options.definition) if options.definition else None
+    clients = Clients(Path(kubeconfig))
+    try:
+        check_reachable(clients, where)
+    finally:
+        clients.close()
+
+
+def _check_vendor_file(vendor_file, kubeconfig: str) -> None:
+    from harness.config import vendor
+    from harness.k8s.client import Clients
+
+    clients = Clients(Path(kubeconfig))
+    try:
+        vendor.check_against_cluster(vendor_file, clients)
+    finally:
+        clients.close()
+
+
+def _facts(kubeconfig: str) -> dict:
+    from harness.discovery import discover
+    from harness.k8s.client import Clients
+
+    clients = Clients(Path(kubeconfig))
+    try:
+        return discover(clients).to_dict()
+    finally:
+        clients.close()
+
+
+def _suite_vendor_file(path: Path, kubeconfig: str, reporter: Reporter):
+    from harness.config import vendor
+
+    loaded = vendor.load(str(path))  # the same checks as a vendor's file, alone and against the cluster
+    _check_vendor_file(loaded, kubeconfig)
+    reporter.info(f"the deployed fake driver as the suite's driver under test: {path}")
+    return loaded
+
+
+def _pytest_command(options: ConformanceOptions, cluster_record: Path) -> list[str]:
+    report_dir = options.report_dir
+    command = [sys.executable, "-m", "pytest", str(CONFORMANCE_DIR), "-p", "no:cacheprovider",
+               f"--dra-cluster-record={cluster_record}", f"--junitxml={report_dir / 'junit.xml'}",
+               f"--dra-report-dir={report_dir}", f"--dra-maturity={options.maturity}", "-o", "junit_family=xunit2"]
+    if options.features:
+        command.append(f"--dra-features={options.features}")
+    if options.driver_config:
+        command.append(f"--dra-driver-config={options.driver_config}")
+    if options.workers > 1:
+        command += ["-n", str(options.workers)]
+    return command + options.pytest_args
+
+
+def _run_pytest(command: list[str], reporter: Reporter, extra_env: dict[str, str] | None = None) -> int:
+    """Run the suite; on an interruption, let pytest finish its teardown and write its results first.
+
+    pytest runs in its own session, so a terminal's Ctrl-C reaches only us and pytest is told exactly
+    once (SIGINT: it stops the running test, tears down and writes results.json and JUnit)."""
+    reporter.info("running the conformance suite: pytest " + " ".join(command[3:]))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        reporter.info(f"interrupted: stopping pytest; it tears its tests down and writes their results (up to "
+                      f"{PYTEST_STOP_GRACE:.0f}s; interrupt again to stop it now)")
+        _stop(proc)
+        raise
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C would: pytest and its xdist workers
+        proc.wait(timeout=PYTEST_STOP_GRACE)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the xdist workers go too
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _write_report(checked: Plan, facts: dict, started: float,
+                  interrupted: KeyboardInterrupt | None) -> dict:
+    options = checked.options
+    results = report.load_results(options.report_dir)
+    reason = None
+    if interrupted is not None:
+        signum = interrupted.args[0] if interrupted.args and isinstance(interrupted.args[0], int) else signal.SIGINT
+        reason = f"stopped by {signal.Signals(signum).name} after {len(results)} finished tests"
+    return report.write(options.report_dir, results, cluster=facts, interrupted=reason, run={
+        "backend": options.backend, "preset": options.preset or ("definition " + options.definition
+                                                                  if options.definition else "all-dra"),
+        "driver": ("the dra-harness fake driver deployed on kind" + (
+                       f" (vendor mode: {options.driver_config})" if options.driver_config else "")
+                   if options.backend == "kind" else options.driver_config or "the dra-harness fake driver"),
+        "maturity": options.maturity,
+        "drivers": list(checked.vendor_file.drivers) if checked.vendor_file else [],
+        "features": options.features or "all", "wallSeconds": round(time.monotonic() - started, 1)})
+
+
+def _cluster(checked: Plan, reporter: Reporter) -> tuple[Backend | None, str | None, ClusterInfo]:
+    """(backend that started the cluster, or None when it was given; its name; its record)."""
+    options = checked.options
+    if checked.kubeconfig is not None:  # given (plan checked it is there and reachable): attach only
+        return None, None, sessions.attach(checked.kubeconfig)
+    from harness.binaries import Versions
+
     name = options.name or f"conformance-{time.strftime('%H%M%S')}-{os.getpid() % 1000}"
-    real_nodes, reason = sessions.resolve_real_nodes(options.real_nodes)
-    if reason and options.real_nodes == "auto":
-        reporter.info(f"no real node, the kubelet checks will skip: {reason}")
-    backend = LocalBackend(reporter)
-    info = backend.up(UpOptions(name=name, nodes=options.nodes, preset=options.preset,
-                                feature_gates=options.feature_gates, definition=definition, real_nodes=real_nodes,
-                                versions=options.versions or Versions(), binaries_dir=options.binaries_dir))
+    if checked.no_real_node_reason and options.real_nodes == "auto":
+        reporter.info(f"no real node, the kubelet checks will skip: {checked.no_real_node_reason}")
+    backend = backends.get(options.backend, reporter)
+    info = backend.up(ClusterSpec(name=name, nodes=options.nodes, preset=options.preset,
+                                  feature_gates=options.feature_gates, definition=checked.definition,
+                                  real_nodes=checked.real_nodes, versions=options.versions or Versions(),
+                                  binaries_dir=options.binaries_dir))
     reporter.info(f"cluster {name!r} is up: {info.server}")
-    return backend, name, str(info.kubeconfig), reason
+    return backend, name, replace(info, real_nodes_reason=checked.no_real_node_reason)

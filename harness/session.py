@@ -6,26 +6,30 @@ their own namespaces and uniquely named cluster-scoped objects (see the plugin's
 
 How: the controller (the process without `workerinput`) makes a shared directory and hands it to
 the workers. The first process that needs the cluster starts it under a file lock and writes
-`cluster.json`; the others read it. A failed start writes `error.txt`, so every worker fails at once
+`cluster.json` (the typed cluster record, harness.records); the others read it. A failed start writes `error.txt`, so every worker fails at once
 with the same message instead of retrying. The controller tears the cluster down at session end
 (also after Ctrl-C), because only it outlives all the workers. Without xdist, one process plays both
 roles. No cluster is started if no test asks for one.
+
+A job that started the cluster itself (`dra-harness run`) hands its record over by path
+(`--dra-cluster-record`): the run attaches to it and never tears it down.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 import shutil
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.backends.base import ClusterInfo
-from harness.locking import file_lock
+from harness import backends
+from harness.backends.base import ClusterSpec
+from harness.backends.common import kubeconfig_endpoint
 from harness.errors import HarnessError
+from harness.locking import file_lock
+from harness.progress import Reporter
+from harness.records import ClusterInfo, read_cluster, write_cluster
 
 
 @dataclass(frozen=True)
@@ -39,23 +43,7 @@ class SessionOptions:
     feature_gates: str = ""
     binaries_dir: str | None = None
     real_nodes: str = "auto"  # local backend: "auto" (1 where the machine can host one, else 0) or a count
-
-
-NO_REAL_NODE_ENV = "DRA_HARNESS_NO_REAL_NODE_REASON"  # set by `dra-harness run` for the suite it starts
-
-
-def resolve_real_nodes(value: str) -> tuple[int, str]:
-    """How many real nodes to start for `--dra-real-nodes value`, and why none when none."""
-    from harness.backends.local.realnode import preflight
-
-    if value != "auto":
-        try:
-            count = int(value)
-        except ValueError:
-            raise HarnessError(f"real nodes {value!r}: not a number", hint="use auto, 0, 1, ...") from None
-        return count, "" if count else "no real node was asked for (real nodes: 0)"
-    problems = preflight.problems()
-    return (0, "this machine cannot run a real node: " + "; ".join(problems)) if problems else (1, "")
+    cluster_record: str | None = None  # a cluster record a job wrote: attach to that cluster
 
 
 def new_shared_dir() -> Path:
@@ -66,6 +54,9 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:8]
 
 
+OWNED_MARK = "owned"  # in the shared directory: this run started the cluster and stops it at the end
+
+
 def acquire_cluster(shared: Path, options: SessionOptions, run_id: str) -> ClusterInfo:
     """Return the run's cluster, starting it if this is the first process to ask."""
     with file_lock(shared / "lock"):
@@ -73,84 +64,66 @@ def acquire_cluster(shared: Path, options: SessionOptions, run_id: str) -> Clust
         if error_file.exists():
             raise HarnessError("the test cluster failed to start (in another worker):\n" + error_file.read_text())
         if info_file.exists():
-            return _info_from_json(json.loads(info_file.read_text()))
+            return read_cluster(info_file)
         try:
             info, owned = _start_or_attach(options, run_id)
         except BaseException as err:
             error_file.write_text(str(err) or type(err).__name__)
             raise
-        info_file.write_text(json.dumps({"name": info.name, "backend": info.backend, "kubeconfig": str(info.kubeconfig),
-                                         "server": info.server, "metrics": info.metrics, "owned": owned,
-                                         "directory": str(info.directory) if info.directory else None,
-                                         "realNodesReason": info.real_nodes_reason}))
+        if owned:
+            (shared / OWNED_MARK).touch()
+        write_cluster(info, info_file)
         return info
 
 
-def release_cluster(shared: Path, options: SessionOptions, reporter=None) -> list[str]:
+def release_cluster(shared: Path, options: SessionOptions, reporter: Reporter | None = None) -> list[str]:
     """Tear down the cluster if this run started it. Returns leftovers (normally none)."""
     info_file = shared / "cluster.json"
     leftovers: list[str] = []
-    if info_file.exists():
-        data = json.loads(info_file.read_text())
-        if data.get("owned") and not options.keep_cluster:
-            from harness import backends
-
-            leftovers = backends.get(data["backend"], reporter).down(data["name"])
+    if info_file.exists() and (shared / OWNED_MARK).exists() and not options.keep_cluster:
+        info = read_cluster(info_file)
+        leftovers = backends.get(info.backend, reporter).down(info.name)
     shutil.rmtree(shared, ignore_errors=True)
     return leftovers
 
 
 def _start_or_attach(options: SessionOptions, run_id: str) -> tuple[ClusterInfo, bool]:
-    if options.backend == "existing":
+    if options.cluster_record:  # the job that started the cluster owns it
+        return read_cluster(Path(options.cluster_record).expanduser()), False
+    backend = backends.get(options.backend, Reporter(), flag="--dra-backend")
+    if "--kubeconfig" in backend.spec_flags:  # a cluster the user gives: attach, make nothing
         if not options.kubeconfig:
-            raise HarnessError("--dra-backend existing needs --kubeconfig (or the KUBECONFIG variable)")
-        info = existing_cluster(options.kubeconfig)
-        return dataclasses.replace(info, real_nodes_reason=os.environ.get(NO_REAL_NODE_ENV, "")), False
-    if options.backend == "kind":
-        from harness.backends.kind import KindBackend, KindUpOptions
-        from harness.progress import Reporter
-
-        info = KindBackend(Reporter()).up(KindUpOptions(name=options.cluster_name or f"pytest-{run_id}",
-                                                        nodes=options.nodes, preset=options.preset,
-                                                        feature_gates=options.feature_gates))
-        return info, True
-    if options.backend != "local":
-        raise HarnessError(f"unknown --dra-backend {options.backend!r}", hint="use local, kind or existing")
-    from harness.backends.local import LocalBackend
-    from harness.backends.local.backend import UpOptions
-    from harness.backends.local import state
-    from harness.progress import Reporter
-
-    backend = LocalBackend(Reporter())
-    if options.cluster_name and state.cluster_dir(options.cluster_name).exists():
+            raise HarnessError(f"--dra-backend {options.backend} needs --kubeconfig (or the KUBECONFIG variable)")
+        return attach(options.kubeconfig), False
+    if options.cluster_name and options.cluster_name in backend.list():
         status = backend.status(options.cluster_name)
         if status.health != "running":
             raise HarnessError(f"cluster {options.cluster_name!r} exists but is {status.health}",
-                               hint=f"run `dra-harness cluster down --name {options.cluster_name}`")
+                               hint=f"run `dra-harness cluster down --backend {backend.name} "
+                                    f"--name {options.cluster_name}`")
         return backend.info(options.cluster_name), False
-    name = options.cluster_name or f"pytest-{run_id}"
-    real_nodes, reason = resolve_real_nodes(options.real_nodes)
-    info = backend.up(UpOptions(name=name, nodes=options.nodes, preset=options.preset,
-                                feature_gates=options.feature_gates, real_nodes=real_nodes,
-                                binaries_dir=Path(options.binaries_dir) if options.binaries_dir else None))
-    return dataclasses.replace(info, real_nodes_reason=reason), True
+    real_nodes, reason = backend.resolve_real_nodes(options.real_nodes, "--dra-real-nodes")
+    info = backend.up(ClusterSpec(name=options.cluster_name or f"pytest-{run_id}", nodes=options.nodes,
+                                  preset=options.preset, feature_gates=options.feature_gates, real_nodes=real_nodes,
+                                  binaries_dir=Path(options.binaries_dir) if options.binaries_dir else None))
+    return replace(info, real_nodes_reason=reason), True
 
 
-def existing_cluster(kubeconfig: str) -> ClusterInfo:
-    import yaml
-
+def attach(kubeconfig: str, where: str = "--kubeconfig") -> ClusterInfo:
+    """The record of a cluster the user gives by kubeconfig (nothing of it is started or stopped)."""
     path = Path(kubeconfig).expanduser()
+    name, server = kubeconfig_endpoint(path, where)
+    local = _local_cluster(path)
+    if local is not None:  # a local cluster of this machine: its record names its real nodes and logs
+        return local
+    return ClusterInfo(name=name, backend="existing", kubeconfig=path, server=server)
+
+
+def _local_cluster(kubeconfig: Path) -> ClusterInfo | None:
+    from harness.backends.local import state
+
     try:
-        config = yaml.safe_load(path.read_text())
-        context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
-        server = next(c["cluster"]["server"] for c in config["clusters"] if c["name"] == context["cluster"])
-    except (OSError, KeyError, StopIteration, TypeError, yaml.YAMLError) as err:
-        raise HarnessError(f"cannot read kubeconfig {path}: {err}") from None
-    return ClusterInfo(name=config["current-context"], backend="existing", kubeconfig=path, server=server)
-
-
-def _info_from_json(data: dict) -> ClusterInfo:
-    return ClusterInfo(name=data["name"], backend=data["backend"], kubeconfig=Path(data["kubeconfig"]),
-                       server=data["server"], metrics=data.get("metrics", {}),
-                       directory=Path(data["directory"]) if data.get("directory") else None,
-                       real_nodes_reason=data.get("realNodesReason", ""))
+        found = state.find_by_kubeconfig(kubeconfig)
+        return backends.get("local").info(found.name) if found is not None else None
+    except Exception:  # a half-written record of a cluster being made or removed: attach as any cluster
+        return None

@@ -25,7 +25,7 @@ def until(what: str, check: Callable[[], Any], timeout: float, *, interval: floa
           diagnostics: Callable[[], str] | None = None) -> Any:
     """Call `check` until it returns something truthy; return that. Raise WaitTimeout at the deadline."""
     deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
+    last_error: ApiException | None = None
     while True:
         try:
             result = check()

@@ -17,10 +17,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness.locking import file_lock
-
 from harness import paths
 from harness.errors import HarnessError
+from harness.locking import file_lock
 from harness.progress import Reporter
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "wirecompat"

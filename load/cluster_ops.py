@@ -27,10 +27,15 @@ class BindingWatch:
         self.core, self.namespace = core, namespace
         self.bound_at: dict[str, float] = {}
         self.claimed: set[str] = set()
-        self._greenlet = None
-        self._watch = None
+        self._greenlet: threading.Thread | None = None
+        self._watch: kubernetes.watch.Watch | None = None
         self._changed = gevent.event.Event()
         self._stopping = False
+        # What the watch itself saw, so a timed-out event can say whether the watch was the problem.
+        self.events_seen = 0
+        self.last_event_at: float | None = None
+        self.restarts = 0
+        self.error: str | None = None  # why the watch stopped, if it stopped before stop()
 
     def start(self) -> "BindingWatch":
         listing = self.core.list_namespaced_pod(self.namespace)
@@ -53,18 +58,23 @@ class BindingWatch:
                 for event in self._watch.stream(self.core.list_namespaced_pod, self.namespace,
                                                 resource_version=resource_version, timeout_seconds=300):
                     pod = event["object"]
+                    self.events_seen += 1
+                    self.last_event_at = time.monotonic()
                     resource_version = pod.metadata.resource_version
                     if pod.spec.node_name and pod.metadata.name not in self.bound_at:
                         self.bound_at[pod.metadata.name] = time.monotonic()
                         self._changed.set()
             except ApiException as err:
                 if err.status != 410:
-                    raise
+                    self.error = f"the pod watch failed: {err.status} {err.reason}"
+                    return
+                self.restarts += 1
                 resource_version = self.core.list_namespaced_pod(self.namespace).metadata.resource_version
-            except Exception:
+            except Exception as err:
                 if self._stopping:  # stop() closed the stream under us
                     return
-                raise
+                self.error = f"the pod watch failed: {type(err).__name__}: {err}"
+                return
 
     def stop(self) -> None:
         self._stopping = True
@@ -85,6 +95,52 @@ class BindingWatch:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._changed.wait(remaining):  # woken by the next binding
                 return None
+
+    def wait_all_bound(self, names: set[str], stall_timeout: float) -> set[str]:
+        """Wait until every pod of `names` is bound; give up when no pod at all got bound for
+        `stall_timeout` seconds. Returns the pods not bound (empty: all were)."""
+        while True:
+            self._changed.clear()
+            missing = {name for name in names if name not in self.bound_at}
+            if not missing or not self._changed.wait(stall_timeout):  # woken by the next binding
+                return missing
+
+
+def explain_unbound(core, namespace: str, watch: BindingWatch, since: float, queues: dict[str, float]) -> str:
+    """Why no waiting pod was bound after an event at `since`: what the watch, the API server and the
+    scheduler's queues show. Tells a missed watch from a pod the scheduler did not retry (missed
+    requeue) or is holding back (backoff)."""
+    seen = [f"seen {time.monotonic() - since:.1f}s after the event"]
+    if watch.error:
+        seen.append(watch.error)
+    quiet = f"{time.monotonic() - watch.last_event_at:.0f}s ago" if watch.last_event_at else "never"
+    seen.append(f"watch: {watch.events_seen} pod events, last {quiet}, {watch.restarts} restarts")
+    try:
+        pods = core.list_namespaced_pod(namespace, label_selector=LOAD_LABEL).items
+    except (ApiException, OSError) as err:
+        return "; ".join(seen + [f"listing pods failed: {err}"])
+    bound_unseen = sorted(p.metadata.name for p in pods if p.spec.node_name and p.metadata.name not in watch.bound_at)
+    if bound_unseen:
+        seen.insert(0, f"missed watch: {len(bound_unseen)} pods are bound on the API server but the watch never "
+                       f"saw it ({', '.join(bound_unseen[:5])})")
+    late = sorted(name for name, t in watch.bound_at.items() if t >= since and name in watch.claimed)
+    if late:
+        seen.append(f"bindings after the event went to earlier events: {', '.join(late[:5])}")
+    waiting = [p for p in pods if not p.spec.node_name and not p.metadata.deletion_timestamp]
+    if waiting:
+        reasons: dict[str, str] = {}  # scheduler message -> first pod waiting with it
+        for p in waiting:
+            condition = next((c for c in (p.status.conditions or []) if c.type == "PodScheduled"), None)
+            reasons.setdefault(condition.message if condition and condition.message else "not tried yet", p.metadata.name)
+        last = ", ".join(f"{pod_name}: {message[:160]!r}" for message, pod_name in list(reasons.items())[:2])
+        seen.append(f"{len(waiting)} waiting pods still Pending (scheduler says {last})")
+    if queues:
+        seen.append("scheduler queues: " + ", ".join(f"{q} {int(v)}" for q, v in sorted(queues.items())))
+        if queues.get("backoff"):
+            seen.append("pods in backoff: the scheduler retried and failed, and waits before the next try")
+        elif waiting and not bound_unseen and not queues.get("active"):
+            seen.append("no pod queued: the event did not requeue a waiting pod (a missed requeue?)")
+    return "; ".join(seen)
 
 
 def pod(name: str, template: str | None = None, extended: str | None = None) -> dict:

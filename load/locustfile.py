@@ -4,11 +4,15 @@
 Set-up happens once, on the master (or the local runner): waiting pods are created and parked as
 unschedulable before the first event. Each user task performs one unblocking event and reports the
 time until a waiting pod is bound through locust's request event, so the UI, CSV and HTML reports show
-percentiles per event kind. The run stops after --events events or --run-time, whichever comes first.
+percentiles per event kind. The run stops once --events events (in total; each worker process takes
+its share) were measured, or at --run-time, whichever comes first. `throughput` ends only when every
+pod of the burst is bound, or when no pod got bound for --event-timeout seconds (then the results say
+how many were not bound and why).
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -16,15 +20,26 @@ import time
 
 import gevent
 import kubernetes
+import locust.runners
 import psutil
+from kubernetes.client import CoreV1Api, ResourceV1Api, SchedulingV1beta1Api  # noqa: F401 (see below)
 from locust import User, events, task
 from locust.exception import StopUser
-from locust.runners import WorkerRunner
+from locust.runners import MasterRunner, WorkerRunner
 
+from fake_devices.controller import ignore_missing
+from harness import conditions
 from load import cluster_ops as ops
-from load import metrics
+from load import metrics, scenarios, throughput
 
 STATE: dict = {}  # per process: clients, watch, queues of event targets, counters
+
+# Distributed mode: the master's set-up and a worker's start (locust rebuilds its argument parser for
+# every option the master sends) hold the gevent loop for seconds on a loaded machine, longer than
+# locust's 3 missed heartbeats, after which the master drops its workers and stops the run. The API
+# classes are imported above, before any worker connects, for the same reason (importing them takes
+# seconds); and a worker may miss up to a minute of heartbeats.
+locust.runners.HEARTBEAT_LIVENESS = 60
 
 
 @events.init_command_line_parser.add_listener
@@ -34,7 +49,8 @@ def _options(parser) -> None:
     group.add_argument("--scenario", default="device-freed")
     group.add_argument("--nodes", type=int, default=10, help="nodes of the cluster (named dev-0...)")
     group.add_argument("--pending", type=int, default=10)
-    group.add_argument("--events", type=int, default=10, help="stop after this many events (per process)")
+    group.add_argument("--events", type=int, default=10,
+                       help="stop after this many events in total (split across worker processes)")
     group.add_argument("--devices-per-node", type=int, default=4)
     group.add_argument("--driver-instance", default="load")
     group.add_argument("--driver-domain", default="load.example.com")
@@ -42,6 +58,16 @@ def _options(parser) -> None:
     group.add_argument("--scheduler-metrics-url", default="")
     group.add_argument("--results-file", default="")
     group.add_argument("--event-timeout", type=float, default=60.0)
+    group.add_argument("--rate", type=float, default=10.0, help="steady-state: arrivals per second (whole run)")
+    group.add_argument("--conditions-root-pid", type=int, default=0,
+                       help="the run's own processes for the CPU conditions: this pid and its descendants "
+                            "(default: this process)")
+
+
+@events.init.add_listener
+def _on_init(environment, **_) -> None:
+    if isinstance(environment.runner, MasterRunner):  # workers report their share when it is done
+        environment.runner.register_message(SHARE_DONE, _share_reported, concurrent=True)
 
 
 def _clients(options):
@@ -70,7 +96,8 @@ def _setup(environment, **_) -> None:
     namespace = f"load-{options.scenario}"
     gpu_driver = f"gpu.{options.driver_domain}"
     STATE.update(namespace=namespace, driver=gpu_driver, fired=0, latencies=[], pods_created=0,
-                 cpu_start=psutil.Process().cpu_times(), wall_start=time.monotonic())
+                 cpu_start=psutil.Process().cpu_times(), wall_start=time.monotonic(), environment=environment,
+                 budget=_budget(options, environment.runner), measured=0, shares=[], created={}, create_failed={})
     STATE["targets"] = _targets(options, environment.runner)
     if isinstance(environment.runner, WorkerRunner):
         STATE["watch"] = ops.BindingWatch(core, namespace).start()
@@ -96,9 +123,12 @@ def _setup(environment, **_) -> None:
     elif scenario == "taint-removed":
         for node in nodes:
             resource.create_device_taint_rule(ops.taint_rule(f"load-hold-{node}", gpu_driver, node))
-    elif scenario == "throughput":
-        first = [f"init-{i}" for i in range(options.pending // 2)]
-        ops.create_pods(core, namespace, [ops.pod(n, template="one-gpu") for n in first])
+    elif scenario in scenarios.BURST_SCENARIOS or scenario == "steady-state":
+        if scenario == "extended-throughput":  # pods get the device through the class's extended resource
+            resource.create_device_class(ops.extended_class(f"{options.driver_instance}-extended", gpu_driver,
+                                                            scenarios.EXTENDED_RESOURCE))
+        first = [f"init-{i}" for i in range(options.pending // 2 if scenario != "steady-state" else options.pending)]
+        ops.create_pods(core, namespace, [_burst_pod(options, n) for n in first])
         ops.wait_until("the initial pods to be scheduled", lambda: ops.count_bound(core, namespace, set(first)) == len(first), 600)
         waiting = set()
     if scenario == "claim-shared":
@@ -119,8 +149,25 @@ def _setup(environment, **_) -> None:
         ops.wait_until("every waiting pod to be parked as unschedulable",
                        lambda: ops.all_unschedulable(core, namespace, waiting), 600)
     STATE["watch"] = ops.BindingWatch(core, namespace).start()
+    STATE["setup_seconds"] = round(time.monotonic() - STATE["wall_start"], 2)
     STATE["wall_start"] = time.monotonic()
     STATE["cpu_start"] = psutil.Process().cpu_times()
+    STATE["window_start"] = conditions.snapshot(options.conditions_root_pid or None)  # the measured window
+    STATE["metrics_window_start"] = _scrape(options)  # the scheduler's counters without the set-up
+
+
+def _budget(options, runner) -> int:
+    """How many events (throughput: burst pods) this process performs: all of them, or on a worker its
+    share, so that --events counts the whole run however many workers share it."""
+    total = options.pending - options.pending // 2 if options.scenario in scenarios.BURST_SCENARIOS else options.events
+    if isinstance(runner, WorkerRunner):
+        return scenarios.share(total, _worker_count(options), runner.worker_index)
+    return total
+
+
+def _worker_count(options) -> int:
+    # a worker learns the number of workers from the master's --expect-workers (locust passes it on)
+    return max(1, getattr(options, "expect_workers", 1) or 1)
 
 
 def _targets(options, runner):
@@ -130,13 +177,13 @@ def _targets(options, runner):
     fill = [f"fill-{i}" for i in range(options.nodes * options.devices_per_node)]
     every = {"device-freed": fill, "claim-shared": fill,
              "slice-added": nodes, "taint-removed": [f"load-hold-{n}" for n in nodes],
-             "class-created": list(range(options.pending))}.get(options.scenario)
+             "class-created": list(range(options.pending)),
+             "steady-state": list(range(options.events))}.get(options.scenario)  # arrival numbers
     if every is None:  # throughput: an endless supply of new pod names
         prefix = f"burst-{getattr(runner, 'worker_index', 0)}"
         return (f"{prefix}-{i}" for i in itertools.count())
     if isinstance(runner, WorkerRunner):
-        count = max(1, getattr(runner, "worker_count", 1) or 1)
-        every = every[runner.worker_index::count]
+        every = every[runner.worker_index::_worker_count(options)]
     return iter(every)
 
 
@@ -147,20 +194,31 @@ def _teardown(environment, **_) -> None:
         STATE["watch"].stop()
     if isinstance(environment.runner, WorkerRunner) or not options.results_file:
         return
+    window_end = STATE.get("window_end") or conditions.snapshot(options.conditions_root_pid or None)
     after = _scrape(options)
     cpu = psutil.Process().cpu_times()
     wall = time.monotonic() - STATE["wall_start"]
     used = (cpu.user + cpu.system) - (STATE["cpu_start"].user + STATE["cpu_start"].system)
+    _merge_shares()
     result = {"scenario": options.scenario, "nodes": options.nodes, "pending": options.pending,
               "events": STATE["fired"], "latencies_ms": [round(x * 1000, 2) for x in STATE["latencies"]],
+              "failed_events": STATE.get("failures", []), "setup_seconds": STATE.get("setup_seconds"),
               "scheduler": metrics.summary(metrics.delta(STATE.get("metrics_before", {}), after)) if after else {},
               "generator": {"wall_seconds": round(wall, 2), "cpu_seconds": round(used, 2),
                             "cpu_percent": round(100 * used / wall, 1) if wall else 0.0,
                             "events_per_second": round(STATE["fired"] / wall, 2) if wall else 0.0,
                             "pods_created": STATE["pods_created"],
                             "pods_created_per_second": round(STATE["pods_created"] / wall, 1) if wall else 0.0}}
-    if options.scenario == "throughput":
-        result["throughput"] = _throughput()
+    if "window_start" in STATE:
+        result["conditions"] = conditions.summarize(STATE["window_start"], window_end, psutil.cpu_count() or 1)
+    if after and STATE.get("metrics_window_start"):  # the scheduler's CPU over the measured window only
+        result["scheduler_window"] = metrics.summary(metrics.delta(STATE["metrics_window_start"], after))
+    if options.scenario == "steady-state":
+        result["steady_state"] = {"rate": options.rate, "arrivals": STATE["fired"],
+                                  "late_arrivals": STATE.get("late_arrivals", 0),
+                                  "max_lag_seconds": round(STATE.get("max_lag", 0.0), 3)}
+    if options.scenario in scenarios.BURST_SCENARIOS:
+        result["throughput"] = _throughput(STATE["core"], STATE["namespace"], options.pending - options.pending // 2)
     # locust's own aggregate (on a master it includes every worker's requests; percentiles are locust's
     # approximations, so the raw latencies above are preferred when this process measured them itself)
     total = environment.runner.stats.total
@@ -176,32 +234,116 @@ def _teardown(environment, **_) -> None:
 
         from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
+        stats_csv = StatsCSV(environment, PERCENTILES_TO_REPORT)
         with open(f"{options.csv_prefix}_stats_final.csv", "w", newline="") as handle:
             writer = csv.writer(handle)
-            stats_csv = StatsCSV(environment, PERCENTILES_TO_REPORT)
             writer.writerow(stats_csv.requests_csv_columns)
             stats_csv._requests_data_rows(writer)
+        with open(f"{options.csv_prefix}_failures_final.csv", "w", newline="") as handle:  # the same for failures
+            writer = csv.writer(handle)
+            writer.writerow(stats_csv.failures_columns)
+            stats_csv._failures_data_rows(writer)
     core, resource = _clients(options)
     ops.cleanup(core, resource, STATE["namespace"])
 
 
-def _throughput() -> dict:
-    created, bound = STATE.get("created_at", {}), STATE["watch"].bound_at
-    done = [name for name in created if name in bound]
-    if not done:
-        return {"pods": 0, "pods_per_second": 0.0}
-    start = min(created[n] for n in done)
-    end = max(bound[n] for n in done)
-    return {"pods": len(done), "seconds": round(end - start, 2),
-            "pods_per_second": round(len(done) / (end - start), 1) if end > start else 0.0}
+def _throughput(core, namespace: str, burst: int) -> dict:
+    """The burst's figures (load/throughput.py); complete only if every pod was created and bound,
+    otherwise how many were not and why, from the pods themselves."""
+    created, failed = STATE["created"], STATE["create_failed"]
+    result = throughput.figures(created, STATE["watch"].bound_at)
+    unbound = {name for name in created if name not in STATE["watch"].bound_at}
+    reasons = dict(collections.Counter(failed.values()))
+    if unbound:
+        pods = core.list_namespaced_pod(namespace, label_selector=ops.LOAD_LABEL).items
+        reasons.update(throughput.unbound_reasons(pods, unbound))
+    never_created = burst - len(created) - len(failed)  # the run ended (--time-limit) before creating them
+    if never_created:
+        reasons["never created: the run ended first (--time-limit)"] = never_created
+    result.update(burst=burst, not_created=burst - len(created), unbound=len(unbound),
+                  complete=len(created) == burst and not unbound, reasons=reasons)
+    return result
+
+
+@events.request.add_listener
+def _on_request(name, **_) -> None:
+    if name == "unblocked -> bound":  # one event measured (bound or failed)
+        STATE["measured"] = STATE.get("measured", 0) + 1
+        # checked once locust's own listener has counted this request too (it was registered after
+        # ours), so a worker's last stats report includes it
+        gevent.spawn(_check_share_done)
+
+
+SHARE_DONE = "dra-share-done"  # a worker's message to the master: its share is done, with what it measured
+
+
+def _check_share_done() -> None:
+    """Called after every measured event (throughput: every create call): once this process's share is
+    done, a local run ends (after the burst is bound: _finish_run); a worker tells the master."""
+    environment = STATE["environment"]
+    if STATE["environment"].parsed_options.scenario in scenarios.BURST_SCENARIOS:
+        done = len(STATE["created"]) + len(STATE["create_failed"]) >= STATE["budget"]
+    else:
+        done = STATE["measured"] >= STATE["budget"]
+    if not done or STATE.get("share_done"):
+        return
+    STATE["share_done"] = True
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        runner._send_stats()  # locust's aggregate on the master then has every request before the run ends
+        runner.send_message(SHARE_DONE, {"fired": STATE["fired"], "latencies": STATE["latencies"],
+                                         "failures": STATE.get("failures", []), "pods_created": STATE["pods_created"],
+                                         "created": STATE["created"], "create_failed": STATE["create_failed"]})
+    else:
+        gevent.spawn(_finish_run, environment)
+
+
+def _share_reported(environment, msg) -> None:
+    """On the master: a worker's share is done; when all are, the run ends."""
+    STATE["shares"].append(msg.data)
+    if len(STATE["shares"]) == _worker_count(environment.parsed_options):
+        _finish_run(environment)
+
+
+def _merge_shares() -> None:
+    """On the master: the workers' measurements join its own (it measured nothing itself)."""
+    for share in STATE.pop("shares", []):
+        STATE["fired"] += share["fired"]
+        STATE["latencies"].extend(share["latencies"])
+        STATE.setdefault("failures", []).extend(share["failures"])
+        STATE["pods_created"] += share["pods_created"]
+        STATE["created"].update({name: tuple(times) for name, times in share["created"].items()})
+        STATE["create_failed"].update(share["create_failed"])
+    STATE["shares"] = []
+
+
+def _finish_run(environment) -> None:
+    """Every share is done. throughput: wait until every created pod is bound, or until no pod got
+    bound for --event-timeout seconds; then end the measured window and the run."""
+    options = environment.parsed_options
+    if options.scenario in scenarios.BURST_SCENARIOS:
+        _merge_shares()
+        missing = STATE["watch"].wait_all_bound(set(STATE["created"]), options.event_timeout)
+        for name, (issued, _) in sorted(STATE["created"].items(), key=lambda item: item[1]):
+            bound = STATE["watch"].bound_at.get(name)
+            environment.events.request.fire(
+                request_type="throughput", name="created -> bound", context={}, response_length=0,
+                response_time=((bound if bound is not None else time.monotonic()) - issued) * 1000,
+                exception=None if name not in missing else PodNotBound(
+                    f"pod {name} not bound; no pod got bound for {options.event_timeout:.0f}s"))
+    STATE["window_end"] = conditions.snapshot(options.conditions_root_pid or None)
+    environment.runner.quit()
+
+
+class PodNotBound(Exception):
+    """A pod of the throughput burst that the scheduler did not bind."""
 
 
 def _finish(user: User) -> None:
-    """Stop after the event budget: a local run ends (test_stop writes the results); a worker's users
-    stop and the master ends the run at --run-time. Only the first user to get here quits."""
-    if not isinstance(user.environment.runner, WorkerRunner) and not STATE.get("quitting"):
-        STATE["quitting"] = True
-        gevent.spawn(user.environment.runner.quit)
+    """This user has no event left to fire: it stops. The run ends when every fired event was
+    measured (_check_share_done), not when the first user runs out."""
+    STATE["budget"] = min(STATE["budget"], STATE["fired"])
+    _check_share_done()
     raise StopUser()
 
 
@@ -209,35 +351,100 @@ class DRAUser(User):
     """Base class: one task = one unblocking event, reported as a locust request."""
 
     abstract = True
+    target = "?"  # the object the last event acted on
+    last_target = "?"  # what the last event did to it, for failure messages
 
     def _unblock(self) -> None:  # the API call that frees resources for one waiting pod
         raise NotImplementedError
 
+    def _describe(self) -> str:
+        return self.last_target
+
+    def _effect(self) -> str:  # after a timeout: whether the event's change took effect ("" if nothing to add)
+        return ""
+
+    def _among(self) -> set[str] | None:  # the pods whose binding answers this event (None: any waiting pod)
+        return None
+
+    def _after_bound(self) -> None:  # what follows a measured event (steady-state: free the device again)
+        return None
 
     @task
     def event(self) -> None:
         options = self.environment.parsed_options
-        if STATE.get("fired", 0) >= options.events:
+        if STATE.get("fired", 0) >= STATE["budget"]:
             _finish(self)
         STATE["fired"] += 1
+        number = STATE["fired"]
+        started = time.monotonic()
         try:
             self._unblock()
-        except StopIteration:
+        except StopIteration:  # no target left: not an event
+            STATE["fired"] -= 1
             _finish(self)
+        except Exception as err:  # noqa: BLE001 - any failed API call is a failed event, with its reason
+            _fail(self, number, f"event {number} ({self._describe()}): the unblocking API call failed: "
+                                f"{_error_text(err)}", time.monotonic() - started)
+            return
         since = time.monotonic()
-        latency = STATE["watch"].next_binding_after(since, options.event_timeout)
-        exception = None if latency is not None else TimeoutError(
-            f"no waiting pod bound within {options.event_timeout:.0f}s (a missed requeue?)")
-        if latency is not None:
-            STATE["latencies"].append(latency)
+        latency = STATE["watch"].next_binding_after(since, options.event_timeout, self._among())
+        if latency is None:
+            reason = ops.explain_unbound(STATE["core"], STATE["namespace"], STATE["watch"], since, _queues(options))
+            try:
+                reason = "; ".join(filter(None, [self._effect(), reason]))
+            except Exception as err:  # noqa: BLE001 - only a diagnosis
+                reason += f"; checking the event's effect failed: {_error_text(err)}"
+            _fail(self, number, f"event {number} ({self._describe()}): no waiting pod bound within "
+                                f"{options.event_timeout:.0f}s; {reason}", options.event_timeout)
+            return
+        STATE["latencies"].append(latency)
         self.environment.events.request.fire(request_type=options.scenario, name="unblocked -> bound",
-                                             response_time=(latency or options.event_timeout) * 1000,
-                                             response_length=0, exception=exception, context={})
+                                             response_time=latency * 1000, response_length=0, exception=None,
+                                             context={})
+        self._after_bound()
+
+
+def _fail(user: User, number: int, reason: str, seconds: float) -> None:
+    """A failed event: a locust failure (so locust's CSV and HTML show the reason) and a record for
+    the run's summary."""
+    STATE.setdefault("failures", []).append({"event": number, "reason": reason})
+    user.environment.events.request.fire(request_type=user.environment.parsed_options.scenario,
+                                         name="unblocked -> bound", response_time=seconds * 1000, response_length=0,
+                                         exception=EventFailed(reason), context={})
+
+
+class EventFailed(Exception):
+    """One unblocking event that did not lead to a binding; the message says which and why."""
+
+
+def _error_text(err: Exception) -> str:
+    if isinstance(err, kubernetes.client.rest.ApiException):
+        return f"{err.status} {err.reason}" + (f" ({' '.join(str(err.body).split())[:200]})" if err.body else "")
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+
+
+def _queues(options) -> dict[str, float]:
+    """The scheduler's pending pods per queue (active, backoff, unschedulable, gated), if it can be asked."""
+    try:
+        pending = _scrape(options).get("scheduler_pending_pods", {})
+    except Exception:  # noqa: BLE001 - only a diagnosis; the failure is reported either way
+        return {}
+    return {dict(labels).get("queue", "?"): value for labels, value in pending.items()}
 
 
 class DeviceFreedUser(DRAUser):
     def _unblock(self) -> None:
-        STATE["core"].delete_namespaced_pod(next(STATE["targets"]), STATE["namespace"], grace_period_seconds=0)
+        pod = self.target = next(STATE["targets"])
+        self.last_target = f"delete running pod {pod}"
+        STATE["core"].delete_namespaced_pod(pod, STATE["namespace"], grace_period_seconds=0)
+
+    def _effect(self) -> str:
+        pod = self.target
+        try:
+            STATE["core"].read_namespaced_pod(pod, STATE["namespace"])
+        except kubernetes.client.rest.ApiException as err:
+            return "" if err.status == 404 else f"reading {pod}: {err.status}"
+        return f"the deleted pod {pod} still exists, so its device is not free yet"
 
 
 class ClaimSharedUser(DeviceFreedUser):
@@ -246,46 +453,91 @@ class ClaimSharedUser(DeviceFreedUser):
 
 class SliceAddedUser(DRAUser):
     def _unblock(self) -> None:
-        ops.label_node_with_profile(STATE["core"], next(STATE["targets"]), self.environment.parsed_options.device_profile)
+        node = self.target = next(STATE["targets"])
+        self.last_target = f"give node {node} its devices"
+        ops.label_node_with_profile(STATE["core"], node, self.environment.parsed_options.device_profile)
+
+    def _effect(self) -> str:
+        node = self.target
+        slices = STATE["resource"].list_resource_slice(field_selector=f"spec.nodeName={node}").items
+        devices = sum(len(s.spec.devices or []) for s in slices)
+        return f"node {node} has {len(slices)} ResourceSlices with {devices} devices" + (
+            " (the driver has not published them)" if not slices else "")
 
 
 class TaintRemovedUser(DRAUser):
     def _unblock(self) -> None:
-        STATE["resource"].delete_device_taint_rule(next(STATE["targets"]))
+        rule = next(STATE["targets"])
+        self.last_target = f"delete DeviceTaintRule {rule}"
+        STATE["resource"].delete_device_taint_rule(rule)
 
 
 class ClassCreatedUser(DRAUser):
     def _unblock(self) -> None:
         i = next(STATE["targets"])
+        self.last_target = f"create DeviceClass load-gpu-{i}"
         STATE["resource"].create_device_class(ops.extended_class(f"load-gpu-{i}", STATE["driver"],
                                                                   f"load.example.com/gpu-{i}"))
 
 
 class ThroughputUser(User):
-    """Creates the measured burst as fast as the users can; when all are created, the first user to
-    notice waits for them to be bound and reports each pod's create -> bound time as a request."""
+    """Creates this process's share of the measured burst as fast as the users can, recording when each
+    create call was issued and returned. The run then waits for every pod to be bound (_finish_run)."""
 
     @task
     def event(self) -> None:
-        options = self.environment.parsed_options
-        burst = options.pending - options.pending // 2
-        if STATE.get("fired", 0) >= burst:
-            if not STATE.get("measuring"):
-                STATE["measuring"] = True
-                self._report_bindings(options.event_timeout)
-            _finish(self)
+        if STATE["fired"] >= STATE["budget"]:
+            _check_share_done()  # a worker whose share is empty still reports it
+            raise StopUser()
         STATE["fired"] += 1
         name = next(STATE["targets"])
-        STATE.setdefault("created_at", {})[name] = time.monotonic()
-        STATE["core"].create_namespaced_pod(STATE["namespace"], ops.pod(name, template="one-gpu"))
+        issued = time.monotonic()
+        try:
+            STATE["core"].create_namespaced_pod(STATE["namespace"], _burst_pod(self.environment.parsed_options, name))
+        except kubernetes.client.rest.ApiException as err:  # the pod cannot count: the run will fail, saying so
+            STATE["create_failed"][name] = f"create failed: {err.status} {err.reason}"
+            self.environment.events.request.fire(request_type="throughput", name="create", context={},
+                                                 response_time=(time.monotonic() - issued) * 1000,
+                                                 response_length=0, exception=err)
+        else:
+            STATE["created"][name] = (issued, time.monotonic())
+            STATE["pods_created"] += 1
+        _check_share_done()
+
+
+def _burst_pod(options, name: str) -> dict:
+    """A pod of the throughput-like scenarios: one GPU through the claim template, or (extended-throughput)
+    through the extended resource of the DeviceClass created at set-up."""
+    if options.scenario == "extended-throughput":
+        return ops.pod(name, extended=scenarios.EXTENDED_RESOURCE)
+    return ops.pod(name, template="one-gpu")
+
+
+class SteadyStateUser(DRAUser):
+    """One arrival per event, on a fixed schedule: arrival k is created at start + k / --rate (the run's
+    first arrival sets start), whatever happened to earlier ones, so the arrival rate stays constant
+    as long as a user is free; an arrival created late is counted (late_arrivals, max_lag_seconds).
+    The latency is from the create call returning to that pod's binding; the pod is then deleted, so
+    the utilization stays where set-up put it (as scheduler_perf's steady-state mode does)."""
+
+    def _unblock(self) -> None:
+        number = next(STATE["targets"])
+        options = self.environment.parsed_options
+        start = STATE.setdefault("arrival_start", time.monotonic())
+        due = start + number / options.rate
+        lag = time.monotonic() - due
+        if lag < 0:
+            gevent.sleep(-lag)
+        elif lag > 0.1:  # every user was busy when this arrival was due
+            STATE["late_arrivals"] = STATE.get("late_arrivals", 0) + 1
+            STATE["max_lag"] = max(STATE.get("max_lag", 0.0), lag)
+        self.target = f"arrival-{number}"
+        self.last_target = f"create pod {self.target}"
+        STATE["core"].create_namespaced_pod(STATE["namespace"], ops.pod(self.target, template="one-gpu"))
         STATE["pods_created"] += 1
 
-    def _report_bindings(self, timeout: float) -> None:
-        created = dict(STATE.get("created_at", {}))
-        watch = STATE["watch"]
-        for name, since in sorted(created.items(), key=lambda item: item[1]):
-            latency = watch.next_binding_after(since, timeout, among={name})
-            self.environment.events.request.fire(
-                request_type="throughput", name="created -> bound", response_time=(latency or timeout) * 1000,
-                response_length=0, exception=None if latency is not None else TimeoutError("not bound in time"),
-                context={})
+    def _among(self) -> set[str] | None:
+        return {self.target}
+
+    def _after_bound(self) -> None:
+        ignore_missing(STATE["core"].delete_namespaced_pod, self.target, STATE["namespace"], grace_period_seconds=0)

@@ -11,7 +11,8 @@ _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 WATCHED = ("scheduler_queue_incoming_pods_total", "scheduler_pod_scheduled_after_flush_total",
            "scheduler_queueing_hint_execution_duration_seconds_count", "scheduler_pending_pods",
-           "scheduler_schedule_attempts_total", "scheduler_queueing_hint_execution_duration_seconds_sum")
+           "scheduler_schedule_attempts_total", "scheduler_queueing_hint_execution_duration_seconds_sum",
+           "process_cpu_seconds_total")
 
 
 def parse(text: str, names: tuple[str, ...] = WATCHED) -> dict[str, dict[tuple, float]]:
@@ -56,6 +57,8 @@ def summary(change: dict[str, dict[str, float]]) -> dict:
         labels = dict(part.split("=", 1) for part in key.split(",") if "=" in part)
         hints[f"{labels.get('plugin', '?')}/{labels.get('event', '?')}/{labels.get('hint', '?')}"] += value
     flushed = sum(change.get("scheduler_pod_scheduled_after_flush_total", {}).values())
+    cpu = sum(change.get("process_cpu_seconds_total", {}).values())
     return {"incomingByEvent": dict(sorted(incoming.items())), "hints": dict(sorted(hints.items())),
             "scheduledAfterFlush": flushed, "missedRequeues": flushed,
-            "pendingAfter": change.get("scheduler_pending_pods", {})}
+            "pendingAfter": change.get("scheduler_pending_pods", {}),
+            "cpuSeconds": round(cpu, 3)}  # the scheduler process's own CPU (its process_cpu_seconds_total)

@@ -22,7 +22,7 @@ def write(rows: list[dict], report_dir: Path) -> list[Path]:
     if not rows:
         return []
     scenario = rows[0]["scenario"]
-    throughput = scenario == "throughput"
+    throughput = scenario in ("throughput", "extended-throughput")  # load.scenarios.BURST_SCENARIOS
     keys = ["pods_per_second"] if throughput else ["p50_ms", "p99_ms"]
     files = []
     for key in keys:

@@ -8,6 +8,7 @@ measures pods/s for a burst instead, like scheduler_perf's SchedulingWithResourc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fake_devices.errors import InvalidInput, Problem
@@ -15,6 +16,9 @@ from fake_devices.errors import InvalidInput, Problem
 # How fast the harness creates pods during set-up, measured on the 2-core machine (see BENCHMARKS.md):
 # used to refuse runs whose set-up cannot finish within the time bound.
 SETUP_PODS_PER_SECOND = 100
+MAX_NODES = 5000  # as for a cluster definition's node pools (harness/config/cluster.py)
+MAX_USERS = 1000
+MAX_TIME_LIMIT = 86400.0  # a day; locust takes whole seconds
 
 
 @dataclass(frozen=True)
@@ -38,14 +42,24 @@ SCENARIOS = {s.name: s for s in (
              True, True),
     Scenario("throughput", "a burst of P pods with claim templates on free devices (P/2 created first and "
              "scheduled, P/2 measured), reported in pods/s", False, True),
+    Scenario("extended-throughput", "throughput with pods asking for the extended resource example.com/gpu: 1, "
+             "served by a DeviceClass's extendedResourceName instead of a claim template", False, True),
+    Scenario("steady-state", "P pods placed first (the utilization); then --events pods arrive at a constant "
+             "--rate, each deleted once bound; latency from creation to binding", False, True),
 )}
+
+# Scenarios that measure a burst in pods/s (every pod must be bound) rather than per-event latency.
+BURST_SCENARIOS = ("throughput", "extended-throughput")
+EXTENDED_RESOURCE = "example.com/gpu"  # what extended-throughput's pods ask for
+MAX_RATE = 1000.0
 
 
 # The locust User class (load/locustfile.py) that plays each scenario.
 USER_CLASSES = {"device-freed": "DeviceFreedUser", "slice-added": "SliceAddedUser",
                 "taint-removed": "TaintRemovedUser", "class-created": "ClassCreatedUser",
                 "claim-shared": "ClaimSharedUser",
-                "throughput": "ThroughputUser"}
+                "throughput": "ThroughputUser", "extended-throughput": "ThroughputUser",
+                "steady-state": "SteadyStateUser"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,11 @@ class LoadParams:
     users: int = 1
     time_limit: float = 300.0
     event_timeout: float = 60.0
+    rate: float = 10.0  # steady-state: arrivals per second
+
+    @property
+    def burst(self) -> bool:
+        return self.scenario in BURST_SCENARIOS
 
     @property
     def devices(self) -> int:
@@ -70,22 +89,39 @@ def validate(params: LoadParams) -> LoadParams:
     if params.scenario not in SCENARIOS:
         problems.append(Problem("--scenario", params.scenario, "unknown scenario", ", ".join(SCENARIOS)))
     if params.nodes < 1:
-        problems.append(Problem("--nodes", str(params.nodes), "at least one node is needed"))
-    if params.pending < 1:
-        problems.append(Problem("--pending", str(params.pending), "at least one waiting pod is needed"))
+        problems.append(Problem("--nodes", str(params.nodes), "at least one node is needed", f"1 to {MAX_NODES}"))
+    elif params.nodes > MAX_NODES:
+        problems.append(Problem("--nodes", str(params.nodes), "out of range", f"1 to {MAX_NODES}"))
+    if not 1 <= params.users <= MAX_USERS:
+        problems.append(Problem("--users", str(params.users), "out of range",
+                                f"1 to {MAX_USERS} locust users, one per concurrent event"))
+    if not (math.isfinite(params.time_limit) and 1 <= params.time_limit <= MAX_TIME_LIMIT):
+        problems.append(Problem("--time-limit", str(params.time_limit), "not a usable number of seconds",
+                                f"1 to {MAX_TIME_LIMIT:.0f}"))
+    if params.pending < (0 if params.scenario == "steady-state" else 1):
+        problems.append(Problem("--pending", str(params.pending), "at least one waiting pod is needed"
+                                if params.scenario != "steady-state" else "cannot be negative"))
     if params.events < 1:
         problems.append(Problem("--events", str(params.events), "at least one event is needed"))
     if params.devices_per_node < 1 or params.devices_per_node > 64:
         problems.append(Problem("--devices-per-node", str(params.devices_per_node), "out of range", "1..64"))
-    if params.time_limit <= 0:
-        problems.append(Problem("--time-limit", str(params.time_limit), "must be positive"))
     if problems:
         raise InvalidInput(problems)
     scenario = SCENARIOS[params.scenario]
-    if scenario.name != "throughput" and params.events > params.pending:
+    if scenario.name == "steady-state":
+        if params.pending + 1 > params.devices:
+            problems.append(Problem("--pending", str(params.pending), f"steady-state places P pods first and needs "
+                                    f"room for arrivals: at most {params.devices - 1} with {params.devices} devices"))
+        if not (math.isfinite(params.rate) and 0.1 <= params.rate <= MAX_RATE):
+            problems.append(Problem("--rate", str(params.rate), "out of range", f"0.1 to {MAX_RATE:g} pods/s"))
+        elif params.events / params.rate > params.time_limit:
+            problems.append(Problem("--events", str(params.events), f"{params.events} arrivals at {params.rate:g}/s "
+                                    f"take {params.events / params.rate:.0f}s, more than --time-limit "
+                                    f"{params.time_limit:g}s", f"at most {int(params.rate * params.time_limit)}"))
+    elif not params.burst and params.events > params.pending:
         problems.append(Problem("--events", str(params.events), f"more events than waiting pods ({params.pending})",
                                 f"at most --pending ({params.pending})"))
-    if scenario.name == "throughput" and params.pending > params.devices:
+    if params.burst and params.pending > params.devices:
         problems.append(Problem("--pending", str(params.pending), f"more pods than devices ({params.devices})",
                                 "raise --nodes or --devices-per-node"))
     if scenario.name in ("slice-added", "taint-removed") and params.events * params.devices_per_node > params.pending:
@@ -102,12 +138,35 @@ def validate(params: LoadParams) -> LoadParams:
     if scenario.name == "taint-removed" and params.events > params.nodes:
         problems.append(Problem("--events", str(params.events), "each event lifts one node's taint",
                                 f"at most --nodes ({params.nodes})"))
-    setup_pods = params.pending + (params.devices if scenario.fills_devices else 0)
-    if setup_pods / SETUP_PODS_PER_SECOND > params.time_limit:
+    # Set-up must fit in the time bound; blame the flag that makes it too big.
+    fill = params.devices if scenario.fills_devices else 0
+    if fill / SETUP_PODS_PER_SECOND > params.time_limit:
+        most_nodes = max(1, int(params.time_limit * SETUP_PODS_PER_SECOND) // params.devices_per_node)
+        problems.append(Problem("--nodes", str(params.nodes),
+                                f"{scenario.name} first fills every device: {fill} pods ({params.nodes} nodes x "
+                                f"{params.devices_per_node} devices) take ~{fill // SETUP_PODS_PER_SECOND}s at "
+                                f"{SETUP_PODS_PER_SECOND} pods/s, more than --time-limit {params.time_limit:g}s",
+                                f"at most {most_nodes} nodes at --devices-per-node {params.devices_per_node}, "
+                                "or a longer --time-limit"))
+    elif (params.pending + fill) / SETUP_PODS_PER_SECOND > params.time_limit:
+        setup_pods = params.pending + fill
         problems.append(Problem("--pending", str(params.pending),
                                 f"setting up {setup_pods} pods takes ~{setup_pods // SETUP_PODS_PER_SECOND}s at "
                                 f"{SETUP_PODS_PER_SECOND} pods/s, more than --time-limit {params.time_limit:g}s",
-                                "fewer pods or a longer --time-limit"))
+                                f"at most {max(1, int(params.time_limit * SETUP_PODS_PER_SECOND) - fill)} waiting "
+                                "pods, or a longer --time-limit"))
     if problems:
         raise InvalidInput(problems)
     return params
+
+
+def sweep_events(scenario: str, events: int, pending: int) -> int:
+    """A sweep's events for one cell: latency scenarios cannot have more events than waiting pods;
+    bursts and steady-state arrivals do not depend on the waiting pods."""
+    return events if scenario in BURST_SCENARIOS or scenario == "steady-state" else min(events, pending)
+
+
+def share(total: int, workers: int, index: int) -> int:
+    """Worker `index`'s part of `total` events when `workers` processes split them: the same for all,
+    the first `total % workers` workers one more, so the parts always add up to `total`."""
+    return total // workers + (1 if index < total % workers else 0)

@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="node profile (default: the node's dra-harness.x-k8s.io/profile label, if any)")
     parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
     parser.add_argument("--health-interval", type=float, default=10.0, help="resend health at least this often (s)")
+    parser.add_argument("--rolling-update-id", default=None,
+                        help="run beside another instance of this driver (upgrade): suffix of both socket names")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -53,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     config = PluginConfig(driver=args.driver, node=args.node, plugins_dir=args.plugins_dir,
                           registry_dir=args.registry_dir, cdi_dir=args.cdi_dir, state_dir=args.state_dir,
                           instance=args.instance, namespace=args.namespace, profile=args.profile,
-                          max_message_bytes=args.max_message_bytes, health_interval=args.health_interval)
+                          max_message_bytes=args.max_message_bytes, health_interval=args.health_interval,
+                          rolling_update_id=args.rolling_update_id)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())

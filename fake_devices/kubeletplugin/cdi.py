@@ -45,7 +45,7 @@ class AllocatedDevice:
     share_id: str | None = None
     consumed_capacity: dict = field(default_factory=dict)  # {"size": "500Gi"}
     admin_access: bool = False
-    configs: tuple = ()  # opaque parameters of this driver that apply to the device's request, in order
+    configs: tuple = ()  # (source, opaque parameters) of this driver's configs for the request, class's first
 
 
 def vendor_and_class(driver: str) -> tuple[str, str]:
@@ -129,9 +129,26 @@ def device_env(claim: ClaimRef, device: AllocatedDevice, cdi_id: str) -> list[st
     pairs += sorted((f"CAPACITY_{env_token(name)}", str((value or {}).get("value", "")))
                     for name, value in device.capacity.items())
     pairs += sorted((f"CONSUMED_{env_token(name)}", str(value)) for name, value in device.consumed_capacity.items())
-    pairs += [(f"CONFIG_{i}", json.dumps(parameters, sort_keys=True, separators=(",", ":")))
-              for i, parameters in enumerate(device.configs)]
+    for i, (source, parameters) in enumerate(device.configs):
+        pairs += [(f"CONFIG_{i}", _compact(parameters)), (f"CONFIG_{i}_SOURCE", source)]
+    if device.configs:
+        pairs.append(("CONFIG", _compact(effective_config(device.configs))))
     return [f"{prefix}_{key}={value}" for key, value in pairs]
+
+
+def effective_config(configs: tuple) -> dict:
+    """The settings in force: the JSON objects of all configs merged in order, so a key the claim sets
+    overrides the same key from the class. Parameters that are not objects cannot be merged and are
+    left out (they still appear as CONFIG_<i>)."""
+    merged: dict = {}
+    for _, parameters in configs:
+        if isinstance(parameters, dict):
+            merged.update(parameters)
+    return merged
+
+
+def _compact(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def build_spec(driver: str, claim: ClaimRef, devices: list[AllocatedDevice]) -> tuple[dict, list[str]]:

@@ -33,6 +33,10 @@ class PluginConfig:
     health_interval: float = 10.0  # full health list resent at least this often (kubelet forgets after 30 s)
     workers: int = 16
     sync_timeout: float = 60.0  # how long start() waits for the first list of the driver's slices
+    # Rolling update (upgrade with two instances registered at once, as the upstream helper's
+    # RollingUpdate option does it): a per-instance suffix of both socket names, so the kubelet
+    # knows the instances apart; they share the plugin directory, checkpoint and CDI files.
+    rolling_update_id: str | None = None
 
     @property
     def plugin_dir(self) -> Path:
@@ -40,11 +44,13 @@ class PluginConfig:
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / "dra.sock"
+        suffix = f"-{self.rolling_update_id}" if self.rolling_update_id else ""
+        return self.plugin_dir / f"dra{suffix}.sock"
 
     @property
     def registration_socket(self) -> Path:
-        return Path(self.registry_dir) / f"{self.driver}-reg.sock"
+        suffix = f"-{self.rolling_update_id}" if self.rolling_update_id else ""
+        return Path(self.registry_dir) / f"{self.driver}{suffix}-reg.sock"
 
     @property
     def state_path(self) -> Path:
@@ -63,6 +69,10 @@ class PluginConfig:
             problems.append(Problem("--node", self.node, "not a node name", "a DNS subdomain"))
         if self.instance is not None and not DNS_LABEL.match(self.instance):
             problems.append(Problem("--instance", self.instance, "not an instance name", "a DNS label"))
+        if self.rolling_update_id is not None and (not DNS_LABEL.match(self.rolling_update_id)
+                                                   or len(self.rolling_update_id) > 36):
+            problems.append(Problem("--rolling-update-id", self.rolling_update_id, "not an instance id",
+                                    "a DNS label of at most 36 characters, e.g. the pod UID"))
         if not DNS_LABEL.match(self.namespace or ""):
             problems.append(Problem("--namespace", self.namespace, "not a namespace name", "a DNS label"))
         for flag, path in (("--plugins-dir", self.dra_socket), ("--registry-dir", self.registration_socket)):

@@ -12,18 +12,14 @@ are removed. Runs as `python -m fake_devices.kubeletplugin` or in-process (tests
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import stat
 import threading
-from concurrent import futures
 from pathlib import Path
 
 import grpc
 import kubernetes
 
 from fake_devices import profile as profiles
-from fake_devices import render
+from fake_devices import render, unixgrpc
 from fake_devices.config import PROFILE_LABEL
 from fake_devices.faults import parse_faults
 from fake_devices.kubeletplugin import servicers
@@ -155,7 +151,7 @@ class KubeletPlugin:
         self.health.recompute()
 
     def _faults_changed(self, items: dict[str, dict]) -> None:
-        data = {}
+        data: dict[str, str] = {}
         for obj in items.values():
             if (obj.get("metadata") or {}).get("name") == self.config.faults_configmap:
                 data = obj.get("data") or {}
@@ -168,52 +164,15 @@ class KubeletPlugin:
 
 def new_server(max_message_bytes: int, workers: int) -> grpc.Server:
     """A gRPC server that refuses requests over `max_message_bytes` (RESOURCE_EXHAUSTED)."""
-    options = [("grpc.max_receive_message_length", max_message_bytes),
-               ("grpc.max_send_message_length", max_message_bytes * 4)]
-    executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kubeletplugin-grpc")
-    return grpc.server(executor, options=options)
+    return unixgrpc.new_server(max_message_bytes, workers, "kubeletplugin-grpc", max_send_bytes=max_message_bytes * 4)
 
 
 def serve_unix(server: grpc.Server, path: Path) -> Path:
     """Start `server` on the unix socket `path` (a stale socket there is replaced); returns the path."""
-    path = Path(path).absolute()
-    _claim_socket_path(path)
     try:
-        server.add_insecure_port(f"unix:{path}")
-    except RuntimeError as err:
-        raise PluginError(f"cannot listen on {path}: {err}") from None
-    server.start()
-    return path
+        return unixgrpc.serve_unix(server, path)
+    except unixgrpc.SocketError as err:
+        raise PluginError(str(err)) from None
 
 
-def stop_server(server: grpc.Server, path: Path, grace: float = 2.0) -> None:
-    server.stop(grace).wait(grace + 5)
-    _remove_socket(path)
-
-
-def _claim_socket_path(path: Path) -> None:
-    """Remove a stale socket left by a crashed plugin; refuse to take over a live one."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise PluginError(f"{path} exists and is not a socket; remove it or choose another directory")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        os.unlink(path)  # nobody listens: a leftover
-        return
-    finally:
-        probe.close()
-    raise PluginError(f"another process is serving on {path}")
-
-
-def _remove_socket(path: Path) -> None:
-    try:
-        if stat.S_ISSOCK(path.lstat().st_mode):
-            path.unlink()
-    except FileNotFoundError:
-        pass
+stop_server = unixgrpc.stop_server

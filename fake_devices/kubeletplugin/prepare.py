@@ -125,6 +125,8 @@ class Preparer:
             files.remove(path)  # not recorded, so not prepared: leave nothing behind
             raise claims.ClaimError(f"cannot record {claims.describe(ref)} in checkpoint "
                                     f"{self.checkpoint.path}: {err}") from None
+        log.info("prepared claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
+                 ", ".join(f"{d.pool_name}/{d.device_name}" for d in devices))
         return devices
 
     def _get_claim(self, ref: ClaimRef) -> dict:
@@ -185,6 +187,8 @@ class Preparer:
                 self.checkpoint.delete(ref.uid)
             except OSError as err:
                 raise claims.ClaimError(f"cannot update checkpoint {self.checkpoint.path}: {err}") from None
+        log.info("unprepared claim %s/%s (%s)%s", ref.namespace, ref.name, ref.uid,
+                 "" if entry is not None else ": was not prepared here")
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -199,11 +203,14 @@ class Preparer:
         return restored
 
 
-def applying_configs(configs: list[dict], request: str) -> list:
-    """The opaque parameters (this driver's) that apply to a result of `request`: configs without
-    requests apply to all, others to the requests they name (a subrequest matches its request too)."""
-    return [c["opaque"].get("parameters") for c in configs
-            if not c.get("requests") or request in c["requests"] or base_request(request) in c["requests"]]
+def applying_configs(configs: list[dict], request: str) -> list[tuple[str, object]]:
+    """(source, opaque parameters) of this driver's configs that apply to a result of `request`:
+    configs without requests apply to all, others to the requests they name (a subrequest matches its
+    request too). The class's come first, then the claim's, each in their order: the order in which a
+    driver applies them, so that the claim's settings override the class's."""
+    applying = [(c.get("source", ""), c["opaque"].get("parameters")) for c in configs
+                if not c.get("requests") or request in c["requests"] or base_request(request) in c["requests"]]
+    return sorted(applying, key=lambda config: config[0] != "FromClass")  # stable: keeps order within a source
 
 
 def read_claim_with(resource_api) -> Callable[[str, str], dict]:

@@ -8,13 +8,14 @@ oversize requests are refused by gRPC itself (INTERNAL / RESOURCE_EXHAUSTED) bef
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import threading
+from typing import Any
 
 import grpc
 
+from fake_devices import unixgrpc
 from fake_devices.kubeletplugin.cdi import ClaimRef
 from fake_devices.kubeletplugin.generated import (
     dra_health_v1_pb2,
@@ -40,16 +41,7 @@ HEALTH_V1, HEALTH_V1ALPHA1 = "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth
 SUPPORTED_VERSIONS = (DRA_V1, DRA_V1BETA1, HEALTH_V1, HEALTH_V1ALPHA1)
 
 
-def _guard(method):
-    @functools.wraps(method)
-    def wrapper(self, request, context):
-        try:
-            return method(self, request, context)
-        except Exception as err:
-            log.exception("%s failed", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"{method.__name__}: {type(err).__name__}: {err}")
-
-    return wrapper
+_guard = unixgrpc.guard
 
 
 def _refs(request) -> list[ClaimRef]:
@@ -79,7 +71,7 @@ class Registration(pluginregistration_v1_pb2_grpc.RegistrationServicer):
 
 
 class _DRAPlugin:
-    pb2 = None  # the version's message module
+    pb2: Any = None  # the version's message module
     share_ids = True
 
     def __init__(self, preparer: Preparer):
@@ -119,7 +111,7 @@ class DRAPluginV1beta1(_DRAPlugin, dra_v1beta1_pb2_grpc.DRAPluginServicer):
 
 
 class _Health:
-    pb2 = None
+    pb2: Any = None
 
     def __init__(self, monitor: HealthMonitor, interval: float):
         self.monitor, self.interval = monitor, interval
@@ -137,6 +129,7 @@ class _Health:
         """The complete list at once, then again on every change and at least every `interval`
         seconds, until the kubelet cancels or the plugin stops."""
         context.add_callback(self.monitor.wake)
+        log.info("health stream opened (%s)", type(self).__name__)  # the kubelet is connected to this instance
         while context.is_active() and not self.monitor.closed:
             version, entries = self.monitor.snapshot()
             yield self._message(entries)

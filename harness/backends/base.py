@@ -1,21 +1,56 @@
-"""What every cluster backend provides, and the records it returns."""
+"""What every cluster backend provides, and the records that cross its boundary.
+
+A caller chooses a backend by name through the registry (`harness.backends.get`), describes the
+cluster it wants with one frozen `ClusterSpec` (every backend reads the fields it uses and refuses
+the ones it does not, see `Backend.spec_flags`), and gets a `ClusterInfo` back: the record that is
+handed to the suite (`harness.records`) and read by fixtures and diagnostics.
+"""
 
 from __future__ import annotations
 
 import abc
+import builtins
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from harness.binaries import Versions
+from harness.config.cluster import ClusterDefinition
+from harness.files import tail
+from harness.progress import Reporter
+from harness.records import ClusterInfo, RealNode  # noqa: F401  (backends build them; callers import them here)
 
 
 @dataclass(frozen=True)
-class ClusterInfo:
-    name: str
-    backend: str
-    kubeconfig: Path
-    server: str
-    directory: Path | None = None
-    metrics: dict[str, str] = field(default_factory=dict)  # component -> secure /metrics URL
-    real_nodes_reason: str = ""  # local backend: why the cluster has no real (kubelet) node, if it has none
+class ClusterSpec:
+    """The cluster a caller asks for, shared by all backends (each uses the fields it understands)."""
+
+    name: str = "dra-harness"
+    nodes: int = 3  # simulated (local) or plain worker (kind) nodes without devices, when no definition
+    preset: str | None = None
+    feature_gates: str = ""
+    runtime_config: str = ""
+    definition: ClusterDefinition | None = None  # node pools, profiles, preset and fake driver (clusters/*.yaml)
+    keep_on_failure: bool = False
+    versions: Versions = field(default_factory=Versions)
+    # local
+    binaries_dir: Path | None = None
+    binary_source: str = "auto"
+    real_nodes: int = 0  # nodes run by a real kubelet + containerd, beside the KWOK ones
+    node_timeout: float = 300.0
+    verbosity: int = 1
+    # kind
+    node_image: str | None = None  # default: the backend's pinned node image
+    driver_base: str | None = None  # the offline base for deploy/Dockerfile (kindhost.driverbase); None: its own
+    # kind, existing
+    driver_image: str | None = None
+    deploy: bool = True  # deploy the fake driver (False: vendor mode, bring your own driver)
+    # existing
+    kubeconfig: str | None = None  # default: $KUBECONFIG
+
+    @property
+    def kubernetes_version(self) -> str:
+        return self.versions.kubernetes
 
 
 @dataclass(frozen=True)
@@ -38,17 +73,72 @@ class ClusterStatus:
     details: dict = field(default_factory=dict)
 
 
+class NodePluginHandle(Protocol):
+    """Kubelet plugins a test runs on a real node (the local backend's realnode.plugins.NodePlugins)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def cdi_dir(self) -> Path: ...
+
+    def run_for(self, fake_driver: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
 class Backend(abc.ABC):
-    name: str
+    name: ClassVar[str]
+    # `cluster up` flags this backend understands: flag -> the ClusterSpec field it sets. A flag of
+    # another backend given to this one is refused before anything starts.
+    spec_flags: ClassVar[dict[str, str]] = {}
+    # Whether `up` names the nodes of a definition's pool `<pool>-<i>` (callers such as the load
+    # scenarios address them by those names); kind names its nodes itself, existing has its own.
+    names_its_nodes: ClassVar[bool] = False
+    # The cluster definition (clusters/<name>.yaml) the suite runs on with this backend when none is given.
+    suite_definition: ClassVar[str | None] = None
+
+    def __init__(self, reporter: Reporter | None = None):
+        self.reporter = reporter or Reporter(quiet=True)
 
     @abc.abstractmethod
-    def up(self, options) -> ClusterInfo: ...
+    def up(self, spec: ClusterSpec) -> ClusterInfo:
+        """Start (or attach to) the cluster of `spec`; on failure leave nothing unless keep_on_failure."""
 
     @abc.abstractmethod
-    def down(self, name: str) -> list[str]: ...
+    def down(self, name: str) -> builtins.list[str]:
+        """Remove what `up` made; return what could not be removed (normally nothing)."""
 
     @abc.abstractmethod
     def status(self, name: str) -> ClusterStatus: ...
 
     @abc.abstractmethod
-    def list(self) -> list[str]: ...
+    def list(self) -> builtins.list[str]:
+        """Names of the clusters of this backend that dra-harness made."""
+
+    @abc.abstractmethod
+    def info(self, name: str) -> ClusterInfo:
+        """The record of a running cluster (what `up` returned)."""
+
+    def resolve_real_nodes(self, value: str, flag: str = "--real-nodes") -> tuple[int, str]:
+        """How many nodes run by a real kubelet on this machine to ask `up` for, for a `--real-nodes`
+        value (auto, 0, 1, ...), and why none when none. Only the local backend starts such nodes."""
+        return 0, f"the {self.name} backend starts no real node on this machine"
+
+    def suite_driver_config(self, name: str) -> Path | None:
+        """A vendor file naming the fake driver this backend deployed, where the suite must test it the
+        way it tests a vendor's driver (kind: every node a real kubelet, the driver a DaemonSet); None
+        where the suite drives the fake driver itself."""
+        return None
+
+    def node_plugins(self, info: ClusterInfo, node: str) -> NodePluginHandle | None:
+        """A handle that runs the fake driver's kubelet plugins on `node`, one of `info.real_nodes`;
+        None where the backend does not run them itself (kind and existing clusters deploy them)."""
+        return None
+
+    def collect_logs(self, info: ClusterInfo, lines: int = 30) -> dict[str, str]:
+        """The last `lines` lines of each component log the backend keeps: log name -> text.
+        Backends whose components log elsewhere (kind: `docker logs`, existing: the user's) have none."""
+        found = sorted(info.log_dir.glob("*.log")) if info.log_dir and info.log_dir.is_dir() else []
+        found += [log for node in info.real_nodes for log in node.logs if log not in found and log.is_file()]
+        return {str(log): tail(log, lines) for log in found}

@@ -65,11 +65,12 @@ class CommandFailed(HarnessError):
 class Runner:
     """Runs steps in order with progress output; `actions` maps action names to callables."""
 
-    def __init__(self, reporter: Reporter, actions: dict[str, Callable[[], None]] | None = None,
-                 popen: Callable = subprocess.Popen):
+    def __init__(self, reporter: Reporter, actions: dict[str, Callable[[], object]] | None = None,
+                 popen: Callable = subprocess.Popen, env: dict[str, str] | None = None):
         self.reporter = reporter
         self.actions = dict(actions or {})
         self._popen = popen
+        self._env = env  # the commands' environment (e.g. DOCKER_HOST of the harness's own dockerd)
 
     def run_all(self, steps: Iterable[Step]) -> None:
         for step in steps:
@@ -86,6 +87,9 @@ class Runner:
                 return ""
             return self._command(step)
 
+    def _env_option(self) -> dict:
+        return {"env": self._env} if self._env is not None else {}  # fake popens in tests take no env
+
     def _command(self, step: Step) -> str:
         out_file = open(step.stdout_file, "wb") if step.stdout_file is not None else None  # noqa: SIM115
         producer = proc = None
@@ -93,9 +97,10 @@ class Runner:
         try:
             try:
                 if step.pipe_from:
-                    producer = self._popen(list(step.pipe_from), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                    producer = self._popen(list(step.pipe_from), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           **self._env_option())
                 proc = self._popen(list(step.argv), stdin=producer.stdout if producer else subprocess.DEVNULL,
-                                   stdout=out_file or subprocess.PIPE, stderr=subprocess.PIPE)
+                                   stdout=out_file or subprocess.PIPE, stderr=subprocess.PIPE, **self._env_option())
             except FileNotFoundError as err:
                 raise CommandFailed(f"{step.title}: cannot run {err.filename}: not installed") from None
             if producer is not None:
@@ -161,11 +166,11 @@ def _tail(output: bytes) -> str:
     return ("\n--- last lines of its output ---\n" + "\n".join(lines)) if lines else ""
 
 
-def run_quiet(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+def run_quiet(argv: list[str], timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """A short query (`docker info`, `kind version`): output captured, never raises for exit codes.
     A missing program or a timeout comes back as returncode 127 / 124 with the reason in stderr."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     except FileNotFoundError:
         return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: not installed")
     except subprocess.TimeoutExpired:

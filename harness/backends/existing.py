@@ -18,17 +18,23 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from harness import paths
 from harness.backends import manifests
-from harness.backends.base import Backend, ClusterInfo, ClusterStatus, ComponentStatus
+from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
 from harness.backends.commands import Runner, Step, action, command
-from harness.config.cluster import ClusterDefinition
+from harness.backends.common import (
+    api_ready,
+    find_kubectl,
+    kept_or_removed_on_failure,
+    kubeconfig_endpoint,
+    validate_name,
+)
 from harness.errors import ClusterNotFound, ConfigError, HarnessError, Problem
+from harness.files import write_atomic
 from harness.progress import Reporter
 
 STATE_FILE = "state.yaml"
@@ -36,14 +42,7 @@ ROLLOUT_TIMEOUT = 300.0
 PUBLISH_TIMEOUT = 300.0
 
 
-@dataclass
-class ExistingUpOptions:
-    name: str = "dra-harness"
-    kubeconfig: str | None = None  # default: $KUBECONFIG
-    definition: ClusterDefinition | None = None
-    deploy: bool = True
-    driver_image: str | None = None  # default: manifests.default_image(); it must be pullable by the cluster
-    keep_on_failure: bool = False
+ExistingUpOptions = ClusterSpec  # the name callers used before every backend shared one spec
 
 
 def state_dir(name: str) -> Path:
@@ -76,14 +75,13 @@ def deploy_steps(directory: Path, kubectl: str, kubeconfig: Path) -> list[Step]:
 
 class ExistingBackend(Backend):
     name = "existing"
+    spec_flags = {"--kubeconfig": "kubeconfig", "--no-deploy": "deploy", "--driver-image": "driver_image"}
 
     def __init__(self, reporter: Reporter | None = None, *, kubectl_finder=None):
-        self.reporter = reporter or Reporter(quiet=True)
+        super().__init__(reporter)
         self._kubectl_finder = kubectl_finder
 
     def _kubectl(self) -> str:
-        from harness.backends.kind import find_kubectl
-
         found = (self._kubectl_finder or find_kubectl)()
         if not found:
             raise HarnessError("kubectl is not installed (needed for `kubectl kustomize` and `kubectl apply`)",
@@ -92,10 +90,7 @@ class ExistingBackend(Backend):
 
     # --- up ---------------------------------------------------------------------------------
 
-    def up(self, options: ExistingUpOptions) -> ClusterInfo:
-        from harness.backends.local.state import validate_name
-        from harness.session import existing_cluster
-
+    def up(self, options: ClusterSpec) -> ClusterInfo:
         name = validate_name(options.name)
         if options.deploy:
             manifests.check_definition(options.definition)
@@ -104,7 +99,7 @@ class ExistingBackend(Backend):
         elif options.driver_image:
             raise ConfigError([Problem("--driver-image", options.driver_image, "has no effect with --no-deploy")])
         kubeconfig = resolve_kubeconfig(options.kubeconfig)
-        server = existing_cluster(str(kubeconfig)).server
+        _, server = kubeconfig_endpoint(kubeconfig)
         directory = state_dir(name)
         if (directory / STATE_FILE).is_file():
             raise HarnessError(f"cluster name {name!r} is already in use for {self._load(name).get('kubeconfig')}",
@@ -132,18 +127,17 @@ class ExistingBackend(Backend):
                 "wait-rollout": lambda: manifests.wait_rollout(clients, ROLLOUT_TIMEOUT),
                 "wait-slices": lambda: self._wait_published(clients, deployment),
             })
-            try:
+
+            def keep() -> None:
+                data["phase"] = "failed"
+                self._save(directory, data)
+
+            with kept_or_removed_on_failure(
+                    self.reporter, options.keep_on_failure, keep_it=keep,
+                    keep_note=f"keeping what was deployed for inspection; remove it with "
+                              f"`dra-harness cluster down --backend existing --name {name}`",
+                    remove_it=lambda: self._undeploy(name, data, kubectl, clients)):
                 runner.run_all(deploy_steps(directory, kubectl, kubeconfig))
-            except BaseException:
-                if options.keep_on_failure:
-                    data["phase"] = "failed"
-                    self._save(directory, data)
-                    self.reporter.info(f"keeping what was deployed for inspection; remove it with "
-                                       f"`dra-harness cluster down --backend existing --name {name}`")
-                else:
-                    with self.reporter.step("removing what was deployed"):
-                        self._undeploy(name, data, kubectl, clients)
-                raise
         finally:
             clients.close()
         data["phase"] = "running"
@@ -190,8 +184,6 @@ class ExistingBackend(Backend):
     # --- down / status / list ---------------------------------------------------------------
 
     def _load(self, name: str) -> dict:
-        from harness.backends.local.state import validate_name
-
         path = state_dir(validate_name(name)) / STATE_FILE
         if not path.is_file():
             raise ClusterNotFound(f"no existing-cluster entry named {name!r}",
@@ -199,10 +191,7 @@ class ExistingBackend(Backend):
         return yaml.safe_load(path.read_text()) or {}
 
     def _save(self, directory: Path, data: dict) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / (STATE_FILE + ".tmp")
-        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-        tmp.replace(directory / STATE_FILE)
+        write_atomic(directory / STATE_FILE, yaml.safe_dump(data, sort_keys=False))
 
     def down(self, name: str) -> list[str]:
         data = self._load(name)
@@ -228,11 +217,9 @@ class ExistingBackend(Backend):
         return manifests.leftovers(clients, name)
 
     def status(self, name: str) -> ClusterStatus:
-        from harness.backends.kind import _api_ready
-
         data = self._load(name)
         kubeconfig = Path(data["kubeconfig"])
-        ready = _api_ready(kubeconfig)
+        ready = api_ready(kubeconfig)
         components = self._components(kubeconfig) if ready and data.get("deployed") else []
         healthy = ready and data.get("phase") == "running" and all(c.alive for c in components)
         return ClusterStatus(name=name, backend=self.name, health="running" if healthy else "broken",

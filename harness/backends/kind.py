@@ -23,21 +23,27 @@ check the exact command sequence without Docker. State lives in `<state>/kind/<n
 
 from __future__ import annotations
 
+import builtins
+import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 
 from harness import paths
 from harness.backends import manifests
-from harness.backends.base import Backend, ClusterInfo, ClusterStatus, ComponentStatus
+from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
 from harness.backends.commands import Runner, Step, action, command, run_quiet
+from harness.backends.common import api_ready as _api_ready
+from harness.backends.common import find_kubectl, kubeconfig_endpoint, validate_name
+from harness.backends.kindhost.docker import Engine, Facts
 from harness.config import featuregates
 from harness.config.cluster import ClusterDefinition
 from harness.errors import ClusterNotFound, ConfigError, HarnessError, Problem
+from harness.files import write_atomic
 from harness.progress import Reporter
 
 KIND_MIN_VERSION = (0, 33, 0)
@@ -51,6 +57,7 @@ DOCKER_MIN_VERSION = (28, 0)  # `docker save --platform` needs Docker Engine 28 
 # it with --node-image.
 NODE_IMAGE = "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"
 KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
+OFFLINE_IMAGE_REPOSITORY = "dra-harness.local/kind-node"  # kindhost.nodeimage.IMAGE_REPOSITORY
 
 # CDI in containerd. containerd 2.x enables it by default, but both driver anchors set it explicitly
 # and so do we. Since kind v0.32, a containerdConfigPatch that sets `version = N` is applied only to
@@ -69,26 +76,16 @@ CONTAINERD_CDI_PATCHES = (
 ''',
 )
 POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
+KIND_CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # kind's label on every node container of a cluster
 STATE_FILE = "state.yaml"
+VENDOR_FILE = "vendor-driver.yaml"  # the deployed fake driver, described as a vendor's (the suite's kubelet checks)
 CREATE_WAIT = "300s"
 NODE_TIMEOUT = 300.0
 ROLLOUT_TIMEOUT = 300.0
 PUBLISH_TIMEOUT = 300.0
 
 
-@dataclass
-class KindUpOptions:
-    name: str = "dra-harness"
-    nodes: int = 3  # plain workers when there is no definition
-    preset: str | None = None
-    feature_gates: str = ""
-    runtime_config: str = ""
-    definition: ClusterDefinition | None = None
-    node_image: str = NODE_IMAGE
-    driver_image: str | None = None  # an image already in the local Docker engine: load it, do not build
-    keep_on_failure: bool = False
-    kubernetes_version: str = "1.37.2"  # which feature-gate matrix
-    deploy: bool = True
+KindUpOptions = ClusterSpec  # the name callers used before every backend shared one spec
 
 
 @dataclass(frozen=True)
@@ -98,6 +95,8 @@ class Tools:
     kubectl: str = "kubectl"
     python: str = sys.executable
     platform: str = "linux/amd64"  # of the Docker engine, so of the kind nodes
+    env: dict | None = None  # the commands' environment: DOCKER_HOST of the harness's own dockerd
+    save_platform: bool = True  # `docker save --platform` (Engine >= 28); older engines have one platform
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,13 @@ def kind_config(name: str, workers: list[tuple[str, dict[str, str]]], features: 
         # kind's runtimeConfig values are strings (it joins them into --runtime-config).
         config["runtimeConfig"] = {gv: str(on).lower() for gv, on in sorted(features.runtime_config.items())}
     config["containerdConfigPatches"] = list(CONTAINERD_CDI_PATCHES)
-    nodes = [{"role": "control-plane", "image": node_image}]
+    if node_image.startswith(OFFLINE_IMAGE_REPOSITORY + ":"):
+        from harness.backends.kindhost import nodeimage
+
+        # What that image needs (cgroup v1 allowed, no CoreDNS) and cannot do (no kindnetd image).
+        config["networking"] = {"disableDefaultCNI": True}
+        config["kubeadmConfigPatches"] = nodeimage.kind_config_patches()
+    nodes: list[dict] = [{"role": "control-plane", "image": node_image}]
     for _pool, labels in workers:
         nodes.append({"role": "worker", "image": node_image, "labels": dict(labels)})
     config["nodes"] = nodes
@@ -159,17 +164,23 @@ def config_yaml(config: dict) -> str:
 
 
 def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...], image: str, *,
-               build_image: bool, deploy: bool) -> list[Step]:
+               build_image: bool, deploy: bool, driver_base: str | None = None) -> list[Step]:
     """The exact sequence of `up` (pure): files, image, cluster, image load, manifests, waits."""
     kubeconfig = directory / "kubeconfig"
     context = directory / "image"
     kubectl = [tools.kubectl, f"--kubeconfig={kubeconfig}"]
     steps = [action("write-files", "writing the kind config, the image build context and the kustomization")]
     if build_image:
+        build = [tools.docker, "build", f"--tag={image}"]
+        if driver_base:
+            # The offline base holds every dependency, so the build reaches no network; the classic
+            # builder, because BuildKit would fetch the Dockerfile's `# syntax=` frontend image.
+            build = ["env", "DOCKER_BUILDKIT=0", tools.docker, "build", "--network=none",
+                     f"--build-arg=BASE_IMAGE={driver_base}", f"--tag={image}"]
         steps += [
             command("building the project wheel", tools.python, "-m", "pip", "wheel", "--no-deps", "--quiet",
                     f"--wheel-dir={context / 'dist'}", manifests.repo_root(), timeout=600),
-            command(f"building the driver image {image}", tools.docker, "build", f"--tag={image}",
+            command(f"building the driver image {image}" + (f" on {driver_base}" if driver_base else ""), *build,
                     f"--file={context / 'Dockerfile'}", context, timeout=1200),
         ]
     steps += [
@@ -179,10 +190,11 @@ def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...],
         command("checking the node names", tools.kind, "get", "nodes", f"--name={name}",
                 expect_lines=frozenset(nodes), timeout=60),
     ]
+    platform = [f"--platform={tools.platform}"] if tools.save_platform else []
     for node in nodes:
         steps.append(command(f"loading the driver image into {node}", tools.docker, "exec", "--interactive", node,
-                             "ctr", "--namespace=k8s.io", "images", "import", f"--platform={tools.platform}",
-                             "--digests", "-", pipe_from=(tools.docker, "save", f"--platform={tools.platform}", image),
+                             "ctr", "--namespace=k8s.io", "images", "import", *platform,
+                             "--digests", "-", pipe_from=(tools.docker, "save", *platform, image),
                              timeout=600))
     steps.append(action("wait-nodes", f"waiting for {len(nodes)} nodes to be Ready"))
     if deploy:
@@ -200,6 +212,56 @@ def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...],
 def down_steps(name: str, directory: Path, tools: Tools) -> list[Step]:
     return [command(f"deleting kind cluster {name!r}", tools.kind, "delete", "cluster", f"--name={name}",
                     f"--kubeconfig={directory / 'kubeconfig'}", timeout=300)]
+
+
+def vendor_driver(slices: list[dict], classes: dict[str, str | None], node_images: dict[str, set[str]],
+                  profiled_nodes: set[str]) -> dict:
+    """The deployed fake driver as a VendorDriver file (harness.config.vendor), so that the suite tests
+    it as users' drivers are tested on kind: through the kubelets of the nodes it runs on (pure).
+
+    `slices`: the published ResourceSlices; `classes`: DeviceClass name -> its extendedResourceName,
+    from the applied manifests; `node_images`: node -> the image names its kubelet reports;
+    `profiled_nodes`: the nodes with a profile label."""
+    from fake_devices.config import PROFILE_LABEL
+
+    suffix = "." + manifests.DOMAIN
+    drivers: set[str] = set()
+    types: set[str] = set()
+    pools: dict[str, set[str]] = {}  # node -> drivers with devices there
+    for item in slices:
+        spec = item.get("spec") or {}
+        driver = spec.get("driver", "")
+        if not driver.endswith(suffix) or not spec.get("devices"):
+            continue
+        drivers.add(driver)
+        pools.setdefault(spec.get("nodeName") or "", set()).add(driver)
+        for device in spec["devices"]:
+            kind = ((device.get("attributes") or {}).get("type") or {}).get("string")
+            if kind:
+                types.add(kind)
+    prefix = manifests.INSTANCE + "-"
+    device_classes = {kind: prefix + kind for kind in sorted(types) if prefix + kind in classes}
+    extended = {kind: classes[name] for kind, name in device_classes.items() if classes[name]}
+    # A pause image every node with devices has (kind's nodes keep their sandbox image): the kubelet
+    # checks' container, never pulled.
+    with_devices = sorted(node for node in pools if node)
+    common = set.intersection(*(node_images.get(node, set()) for node in with_devices)) if with_devices else set()
+    pause = sorted(name for name in common if name.startswith("registry.k8s.io/pause:"))
+    vendor: dict = {"drivers": sorted(drivers), "deviceClasses": device_classes, "extendedResources": extended,
+                    "features": list(vendor_features())}
+    if profiled_nodes and all(pools.get(node) == drivers for node in profiled_nodes):
+        vendor["nodeSelector"] = PROFILE_LABEL  # every labelled node has devices of every driver
+    if pause:
+        vendor["testImage"] = pause[-1]
+    return {"apiVersion": "dra-harness.x-k8s.io/v1alpha1", "kind": "VendorDriver",
+            "metadata": {"name": f"{manifests.INSTANCE}-on-kind"}, "spec": vendor}
+
+
+def vendor_features() -> tuple[str, ...]:
+    """The fake driver is the suite's reference driver: it claims every feature the suite has tests for."""
+    from harness.config.vendor import KNOWN_FEATURES
+
+    return tuple(KNOWN_FEATURES)
 
 
 # --- checks -----------------------------------------------------------------------------------
@@ -220,23 +282,14 @@ GO_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "ar
            "ppc64le": "ppc64le"}
 
 
-def find_kubectl(which=shutil.which) -> str | None:
-    """The harness's own verified kubectl (binary cache) if installed, else kubectl on PATH."""
-    from harness import binaries
-    from harness.errors import BinariesError
-
-    try:
-        cached = binaries.locate().path("kubectl")
-        if cached.is_file():
-            return str(cached)
-    except BinariesError:
-        pass
-    return which("kubectl")
-
-
-def preflight(*, which=shutil.which, run=run_quiet, kubectl_finder=None) -> Tools:
-    """Docker engine, kind and kubectl, or one HarnessError naming everything that is missing."""
+def preflight(*, which=shutil.which, run=run_quiet, kubectl_finder=None, env: dict | None = None) -> Tools:
+    """Docker engine, kind and kubectl, or one HarnessError naming everything that is missing. With
+    `env` (the harness's own dockerd): the engine is reached through it, and any version will do
+    (Debian's 20.10 has no multi-platform image store, so `docker save` needs no --platform)."""
     missing: list[str] = []
+    save_platform = True
+    if env is not None:
+        run = lambda argv, timeout=60: run_quiet(argv, timeout, env=env)  # noqa: E731
     docker = which("docker")
     platform = "linux/amd64"
     if not docker:
@@ -250,7 +303,9 @@ def preflight(*, which=shutil.which, run=run_quiet, kubectl_finder=None) -> Tool
             missing.append("Docker engine: not reachable (`docker info` failed"
                            + (f": {reason[-1]}" if reason else "") + "); start dockerd or point DOCKER_HOST at one")
         else:
-            if server[:2] < DOCKER_MIN_VERSION:
+            if server[:2] < DOCKER_MIN_VERSION and env is not None:
+                save_platform = False
+            elif server[:2] < DOCKER_MIN_VERSION:
                 missing.append(f"Docker engine {_dotted(server)} is too old: need >= "
                                f"{_dotted(DOCKER_MIN_VERSION)} (for `docker save --platform`)")
             if len(fields) == 3 and fields[2]:
@@ -274,7 +329,9 @@ def preflight(*, which=shutil.which, run=run_quiet, kubectl_finder=None) -> Tool
     if missing:
         raise HarnessError("the kind backend cannot run on this machine:\n  - " + "\n  - ".join(missing),
                            hint="see docs/kind-and-existing.md; without Docker use the local backend (the default)")
-    return Tools(docker=docker, kind=kind, kubectl=kubectl, python=sys.executable, platform=platform)
+    assert kubectl  # a missing one was reported above
+    return Tools(docker=docker, kind=kind, kubectl=kubectl, python=sys.executable, platform=platform, env=env,
+                 save_platform=save_platform)
 
 
 def check_node_image(reference: str) -> str:
@@ -288,24 +345,98 @@ def state_dir(name: str) -> Path:
     return paths.state_root() / "kind" / name
 
 
+def _with_defaults(spec: ClusterSpec) -> ClusterSpec:
+    return spec if spec.node_image else replace(spec, node_image=NODE_IMAGE)
+
+
 class KindBackend(Backend):
     name = "kind"
+    suite_definition = "kind-small"  # 1 control plane + 2 workers with devices: the kubelet checks run on each
+    spec_flags = {"--nodes": "nodes", "--preset": "preset", "--feature-gates": "feature_gates",
+                  "--runtime-config": "runtime_config", "--no-deploy": "deploy", "--node-image": "node_image",
+                  "--driver-image": "driver_image"}
 
-    def __init__(self, reporter: Reporter | None = None, *, preflight=preflight):
+    def __init__(self, reporter: Reporter | None = None, *, preflight=None):
         self.reporter = reporter or Reporter(quiet=True)
-        self._preflight = preflight
+        # A given preflight (the tests') is used as it is; the machine's own may provide an engine.
+        self._preflight = preflight or self._machine_preflight
+        self._own_engine: dict[str, tuple[Engine, Facts]] = {}  # cluster name -> the harness's dockerd it uses
+
+    def _machine_preflight(self, name: str | None = None) -> Tools:
+        """The machine's engine as it is; or, where there is none and the harness can provide one
+        (harness.backends.kindhost.docker), its own dockerd, registered for cluster `name`."""
+        from harness.backends.kindhost import docker
+
+        if name is None:  # a look (status): our dockerd if it runs, else the machine's engine
+            engine = docker.running()
+            return preflight(env=engine.environ()) if engine else preflight()
+        facts = docker.detect()
+        decision = docker.decide(facts)
+        if decision.use_existing or decision.problems:
+            return preflight()
+        engine = docker.acquire(name, self.reporter, facts=facts)
+        self._own_engine[name] = (engine, facts)
+        try:
+            return preflight(env=engine.environ())
+        except BaseException:
+            self._release(name)
+            raise
+
+    def _release(self, name: str) -> None:
+        if self._own_engine.pop(name, None) is not None:
+            from harness.backends.kindhost import docker
+
+            for problem in docker.release(name, self.reporter):
+                self.reporter.info(f"could not restore {problem}")
+
+    def _tools(self, name: str) -> Tools:
+        return self._preflight(name) if self._preflight == self._machine_preflight else self._preflight()
+
+    def _offline_node_image(self, name: str, options: KindUpOptions) -> KindUpOptions:
+        """With the harness's own engine and kind's default node image, which that engine does not have:
+        the locally built offline node image instead (kindhost.nodeimage)."""
+        import dataclasses
+
+        from harness.backends.kindhost import nodeimage
+
+        own = self._own_engine.get(name)
+        if own is None or options.node_image != NODE_IMAGE:
+            return options
+        engine, facts = own
+        if run_quiet([engine.docker, "image", "inspect", NODE_IMAGE], env=engine.environ()).returncode == 0:
+            return options
+        self.reporter.info(f"{NODE_IMAGE} is not in the harness's own Docker engine: using the offline node image")
+        tag = nodeimage.build(engine, self.reporter, options.kubernetes_version, drops=facts.missing_caps)
+        return dataclasses.replace(options, node_image=tag)
+
+    def _offline_driver_base(self, options: KindUpOptions, tools: Tools) -> KindUpOptions:
+        """When the driver image is built and the engine can neither find nor pull deploy/Dockerfile's
+        base (no registry): a base built from Debian's packages and pip (kindhost.driverbase)."""
+        import dataclasses
+
+        from harness.backends.kindhost import driverbase
+
+        if options.driver_image or options.driver_base or self._preflight != self._machine_preflight:
+            return options  # a given image is loaded, not built; the tests' tools are not probed
+        base = driverbase.dockerfile_base((manifests.deploy_dir() / "Dockerfile").read_text())
+        why = driverbase.needs_offline_base(tools.docker, tools.env or dict(os.environ), base)
+        if why is None:
+            return options
+        self.reporter.info(f"{why}: building the driver image on an offline base")
+        tag = driverbase.build(tools.docker, {**(tools.env or os.environ), "DOCKER_BUILDKIT": "0"},
+                               tools.platform.split("/")[-1], self.reporter)
+        return dataclasses.replace(options, driver_base=tag)
 
     # --- up ---------------------------------------------------------------------------------
 
     def plan(self, options: KindUpOptions, tools: Tools) -> Plan:
         """Validate everything and compute the plan; nothing is written or started."""
+        options = _with_defaults(options)
         return self._plan(self._validate(options), options, tools)
 
     def _validate(self, options: KindUpOptions) -> tuple[str, featuregates.FeatureSettings]:
-        from harness.backends.local.state import validate_name
-
         name = validate_name(options.name)
-        check_node_image(options.node_image)
+        check_node_image(options.node_image or NODE_IMAGE)
         if options.driver_image:
             manifests.check_image(options.driver_image)
         if options.nodes < 0:
@@ -330,17 +461,25 @@ class KindBackend(Backend):
         deployment = manifests.Deployment.for_definition(options.definition, image=options.driver_image,
                                                          deployed_by=name)
         build = not options.driver_image
-        steps = plan_steps(name, directory, tools, nodes, deployment.image, build_image=build, deploy=options.deploy)
-        return Plan(name, directory, kind_config(name, workers, features, options.node_image), nodes, deployment,
+        steps = plan_steps(name, directory, tools, nodes, deployment.image, build_image=build, deploy=options.deploy,
+                           driver_base=options.driver_base)
+        return Plan(name, directory, kind_config(name, workers, features, options.node_image or NODE_IMAGE), nodes, deployment,
                     build, steps)
 
     def up(self, options: KindUpOptions) -> ClusterInfo:
+        options = _with_defaults(options)
         checked = self._validate(options)  # bad input is reported before anything else is looked at
-        tools = self._preflight()
-        plan = self._plan(checked, options, tools)
-        self._refuse_existing(plan.name, tools)
+        tools = self._tools(checked[0])
+        try:
+            options = self._offline_node_image(checked[0], options)
+            options = self._offline_driver_base(options, tools)
+            plan = self._plan(checked, options, tools)
+            self._refuse_existing(plan.name, tools)
+        except BaseException:
+            self._release(checked[0])
+            raise
         created = False
-        runner = Runner(self.reporter, {
+        runner = Runner(self.reporter, env=tools.env, actions={
             "write-files": lambda: self._write_files(plan, options),
             "wait-nodes": lambda: self._wait(plan, "nodes"),
             "wait-rollout": lambda: self._wait(plan, "rollout"),
@@ -359,13 +498,56 @@ class KindBackend(Backend):
                 with self.reporter.step("cleaning up after the failed start"):
                     try:
                         if created:
-                            Runner(Reporter(quiet=True)).run_all(down_steps(plan.name, plan.directory, tools))
+                            Runner(Reporter(quiet=True), env=tools.env).run_all(
+                                down_steps(plan.name, plan.directory, tools))
+                            self._remove_node_containers(plan.name, tools)
                         shutil.rmtree(plan.directory, ignore_errors=True)
                     except HarnessError as err:  # never hide the failure that got us here
                         self.reporter.info(f"clean-up failed too: {err}; state kept in {plan.directory}")
+                    self._release(plan.name)
             raise
         self._save(plan, options, phase="running")
         return self.info(plan.name)
+
+    def suite_driver_config(self, name: str) -> Path | None:
+        return self.write_vendor_file(name)
+
+    def write_vendor_file(self, name: str) -> Path:
+        """`<state>/kind/<name>/vendor-driver.yaml`: the deployed fake driver as the cluster shows it
+        (published slices, applied classes, the nodes' images), for the suite's vendor mode."""
+        from fake_devices.config import PROFILE_LABEL
+        from harness.k8s.client import Clients
+
+        self._load(name)
+        directory = state_dir(name)
+        clients = Clients(directory / "kubeconfig")
+        try:
+            slices = [clients.api_client.sanitize_for_serialization(s)
+                      for s in clients.resource.list_resource_slice().items]
+            classes = {c.metadata.name: c.spec.extended_resource_name
+                       for c in clients.resource.list_device_class(
+                           label_selector=f"{manifests.INSTANCE_LABEL}={manifests.INSTANCE}").items}
+            nodes = clients.core.list_node().items
+        finally:
+            clients.close()
+        images = {n.metadata.name: {name for image in (n.status.images or []) for name in image.names or []}
+                  for n in nodes}
+        profiled = {n.metadata.name for n in nodes if PROFILE_LABEL in (n.metadata.labels or {})}
+        path = directory / VENDOR_FILE
+        write_atomic(path, "# Generated by dra-harness (harness/backends/kind.py): the fake driver deployed on "
+                           "this kind cluster.\n" + manifests.dump_yaml(vendor_driver(slices, classes, images, profiled)))
+        return path
+
+    def _remove_node_containers(self, name: str, tools: Tools) -> None:
+        """The cluster's containers `kind delete` did not remove. Measured: Ctrl-C just after kind
+        created the node containers left all three stored (stopped) in our dockerd's data root."""
+        listing = run_quiet([tools.docker, "ps", "--all", "--quiet", f"--filter=label={KIND_CLUSTER_LABEL}={name}"],
+                            timeout=60, env=tools.env)
+        ids = listing.stdout.split() if listing.returncode == 0 else []
+        if ids:
+            removed = run_quiet([tools.docker, "rm", "--force", "--volumes", *ids], timeout=300, env=tools.env)
+            if removed.returncode != 0:
+                self.reporter.info(f"could not remove the containers of {name}: {removed.stderr.strip()[-300:]}")
 
     def _refuse_existing(self, name: str, tools: Tools) -> None:
         if name in self._kind_clusters(tools):
@@ -408,18 +590,15 @@ class KindBackend(Backend):
     def _save(self, plan: Plan, options: KindUpOptions, phase: str) -> None:
         plan.directory.mkdir(parents=True, exist_ok=True)
         data = {"name": plan.name, "backend": self.name, "phase": phase, "nodeImage": options.node_image,
+                "driverBase": options.driver_base,
                 "driverImage": plan.deployment.image, "overlay": plan.deployment.overlay if options.deploy else None,
                 "nodes": list(plan.node_names),
                 "definition": options.definition.source if options.definition else None}
-        tmp = plan.directory / (STATE_FILE + ".tmp")
-        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-        tmp.replace(plan.directory / STATE_FILE)
+        write_atomic(plan.directory / STATE_FILE, yaml.safe_dump(data, sort_keys=False))
 
     # --- down / status / list ---------------------------------------------------------------
 
     def _load(self, name: str) -> dict:
-        from harness.backends.local.state import validate_name
-
         path = state_dir(validate_name(name)) / STATE_FILE
         if not path.is_file():
             raise ClusterNotFound(f"no kind cluster named {name!r} was created by dra-harness",
@@ -429,10 +608,13 @@ class KindBackend(Backend):
 
     def down(self, name: str) -> list[str]:
         self._load(name)
-        tools = self._preflight()
+        tools = self._tools(name)
         directory = state_dir(name)
-        Runner(self.reporter).run_all(down_steps(name, directory, tools))
-        leftovers = [f"kind still lists cluster {name}"] if name in self._kind_clusters(tools) else []
+        try:
+            Runner(self.reporter, env=tools.env).run_all(down_steps(name, directory, tools))
+            leftovers = [f"kind still lists cluster {name}"] if name in self._kind_clusters(tools) else []
+        finally:
+            self._release(name)  # the last cluster on the harness's own dockerd stops it
         if not leftovers:
             shutil.rmtree(directory, ignore_errors=True)
         return leftovers
@@ -470,24 +652,22 @@ class KindBackend(Backend):
 
     def info(self, name: str) -> ClusterInfo:
         self._load(name)
-        from harness.session import existing_cluster
-
         kubeconfig = state_dir(name) / "kubeconfig"
-        server = existing_cluster(str(kubeconfig)).server
+        _, server = kubeconfig_endpoint(kubeconfig)
         return ClusterInfo(name=name, backend=self.name, kubeconfig=kubeconfig, server=server,
                            directory=state_dir(name))
 
     def _kind_clusters(self, tools: Tools) -> set[str]:
-        out = run_quiet([tools.kind, "get", "clusters"], timeout=60)
+        out = run_quiet([tools.kind, "get", "clusters"], timeout=60, env=tools.env)
         if out.returncode != 0:
             raise HarnessError(f"`kind get clusters` failed: {(out.stderr or '').strip()[-300:]}")
         return {line.strip() for line in out.stdout.splitlines() if line.strip()}
 
-    def _node_components(self, tools: Tools, nodes: list[str]) -> list[ComponentStatus]:
+    def _node_components(self, tools: Tools, nodes: builtins.list[str]) -> builtins.list[ComponentStatus]:
         if not nodes:
             return []
         out = run_quiet([tools.docker, "inspect", "--format", "{{.Name}} {{.State.Running}} {{.State.Pid}}", *nodes],
-                        timeout=60)
+                        timeout=60, env=tools.env)
         seen = {}
         for line in out.stdout.splitlines():
             parts = line.strip().lstrip("/").split()
@@ -495,20 +675,6 @@ class KindBackend(Backend):
                 seen[parts[0]] = (parts[1] == "true", int(parts[2]) if parts[2].isdigit() else None)
         return [ComponentStatus(node, seen.get(node, (False, None))[1], seen.get(node, (False, None))[0],
                                 f"docker logs {node}") for node in nodes]
-
-
-def _api_ready(kubeconfig: Path) -> bool:
-    from harness.k8s.client import Clients
-
-    if not kubeconfig.is_file():
-        return False
-    clients = Clients(kubeconfig)
-    try:
-        return clients.get_raw("/readyz").strip() == "ok"
-    except Exception:  # unreachable, refused, bad credentials, ...: all mean "not ready" for a status
-        return False
-    finally:
-        clients.close()
 
 
 def _known_gates(kubernetes_version: str) -> set[str] | None:

@@ -241,9 +241,33 @@ def delete_steps(kubectl: str, kubeconfig: Path, deployed_by: str, namespace_own
 # --- waiting for the deployment ---------------------------------------------------------------
 
 
+def _unreachable_is_not_yet(check):
+    """A poll of a cluster whose apiserver may restart while we wait (kind's static pods on a loaded
+    machine are restarted by their liveness probes): a dropped connection means "not yet", and the
+    wait's deadline still bounds it."""
+    from urllib3.exceptions import HTTPError
+
+    def polled():
+        try:
+            return check()
+        except (HTTPError, OSError):
+            return False
+
+    return polled
+
+
+def _described(clients) -> str:
+    from harness.wait import describe_namespace
+
+    try:
+        return describe_namespace(clients, NAMESPACE)
+    except Exception as err:  # diagnostics of a failed wait never replace its error
+        return f"(namespace {NAMESPACE} could not be described: {err})"
+
+
 def wait_rollout(clients, timeout: float) -> None:
     """The controller Deployment is available and every plugin pod the DaemonSet wants is ready."""
-    from harness.wait import describe_namespace, until
+    from harness.wait import until
 
     apps = _apps(clients)
 
@@ -258,8 +282,8 @@ def wait_rollout(clients, timeout: float) -> None:
                          and (ds.updated_number_scheduled or 0) == (ds.desired_number_scheduled or 0))
         return controller_ok and plugin_ok
 
-    until(f"the fake driver's controller and kubelet plugins in {NAMESPACE} to be ready", ready, timeout,
-          interval=1.0, diagnostics=lambda: describe_namespace(clients, NAMESPACE))
+    until(f"the fake driver's controller and kubelet plugins in {NAMESPACE} to be ready", _unreachable_is_not_yet(ready),
+          timeout, interval=1.0, diagnostics=lambda: _described(clients))
 
 
 def expected_pools(nodes, served: set[str], domain: str = DOMAIN) -> dict[tuple[str, str], str]:
@@ -299,7 +323,7 @@ def complete_pools(slices) -> set[tuple[str, str]]:
 def wait_published(clients, served: set[str], timeout: float) -> int:
     """Every node labelled with a served profile has all its ResourceSlices published. Returns the
     number of pools (node x driver) found complete."""
-    from harness.wait import describe_namespace, until
+    from harness.wait import until
 
     state: dict = {}
 
@@ -314,15 +338,15 @@ def wait_published(clients, served: set[str], timeout: float) -> int:
         missing = state.get("missing", [])
         lines = [f"{len(missing)} of {len(state.get('expected', {}))} pools not (fully) published, e.g.:"]
         lines += [f"  node {node}, driver {driver}" for node, driver in missing[:10]]
-        return "\n".join(lines) + "\n" + describe_namespace(clients, NAMESPACE)
+        return "\n".join(lines) + "\n" + _described(clients)
 
-    until("every labelled node's ResourceSlices to be published", published, timeout, interval=1.0,
-          diagnostics=diagnostics)
+    until("every labelled node's ResourceSlices to be published", _unreachable_is_not_yet(published), timeout,
+          interval=1.0, diagnostics=diagnostics)
     return len(state["expected"])
 
 
 def wait_nodes_ready(clients, names: set[str], timeout: float) -> None:
-    from harness.backends.local.nodes import is_ready
+    from harness.k8s.nodes import is_ready
     from harness.wait import until
 
     state: dict = {}
@@ -332,7 +356,7 @@ def wait_nodes_ready(clients, names: set[str], timeout: float) -> None:
         state["waiting"] = sorted(n for n in names if n not in nodes or not is_ready(nodes[n]))
         return not state["waiting"]
 
-    until(f"{len(names)} nodes to be Ready", ready, timeout, interval=1.0,
+    until(f"{len(names)} nodes to be Ready", _unreachable_is_not_yet(ready), timeout, interval=1.0,
           diagnostics=lambda: "not Ready: " + ", ".join(state.get("waiting", [])))
 
 

@@ -7,13 +7,15 @@ is missing or corrupt. Sources: `gobuild` (the Go module proxy, works offline fr
 
 from __future__ import annotations
 
+import os
 import platform
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import paths
-from harness.errors import BinariesError
+from harness.errors import BinariesError, ConfigError, Problem
 from harness.progress import Reporter
 
 DEFAULT_KUBERNETES = "1.37.2"
@@ -29,6 +31,28 @@ ALL_BINARIES = KUBE_BINARIES + ETCD_BINARIES + KWOK_BINARIES
 GROUPS = {"kubernetes": KUBE_BINARIES, "etcd": ETCD_BINARIES, "kwok": KWOK_BINARIES}
 SOURCES = ("auto", "build", "download")
 
+# A version becomes part of cache paths, URLs and go.mod lines, so only plain semantic versions are
+# accepted: X.Y.Z with an optional pre-release of letters, digits, dots and dashes (1.38.0-alpha.1).
+# Nothing else (no "/", "..", spaces) can reach a path.
+_NUMBER = r"(0|[1-9][0-9]{0,3})"
+VERSION_PATTERN = re.compile(rf"{_NUMBER}\.{_NUMBER}\.{_NUMBER}(-[0-9A-Za-z][0-9A-Za-z.-]{{0,40}})?")
+VERSION_ALLOWED = "X.Y.Z with an optional pre-release such as 1.37.2 or 1.38.0-alpha.1; a leading v is dropped"
+
+
+def version_problem(value: str, where: str) -> Problem | None:
+    """A Problem naming `where` (a flag or a field) when `value` is not a plain semantic version."""
+    if isinstance(value, str) and VERSION_PATTERN.fullmatch(value):  # fullmatch: "$" would let "\n" through
+        return None
+    return Problem(where, str(value), "not a version", VERSION_ALLOWED)
+
+
+def check_version(value: str, where: str) -> str:
+    """`value` without a leading v, or ConfigError naming `where`."""
+    version = value[1:] if isinstance(value, str) and value.startswith("v") else value
+    if problem := version_problem(version, where):
+        raise ConfigError([version_problem(value, where) or problem])  # the value as it was given
+    return version
+
 
 def host_platform() -> tuple[str, str]:
     machine = platform.machine().lower()
@@ -41,6 +65,13 @@ class Versions:
     kubernetes: str = DEFAULT_KUBERNETES
     etcd: str = DEFAULT_ETCD
     kwok: str = DEFAULT_KWOK
+
+    def __post_init__(self) -> None:
+        # Every Versions, whatever its source (flags, a cluster's state, a test), is checked here:
+        # a version is used in cache paths, so it must never be able to leave the cache.
+        problems = [p for group in GROUPS if (p := version_problem(getattr(self, group), f"--{group}-version"))]
+        if problems:
+            raise ConfigError(problems)
 
     def of_group(self, group: str) -> str:
         return getattr(self, group)
@@ -66,10 +97,15 @@ def cache_dir(versions: Versions) -> Path:
     return paths.cache_root() / "binaries" / versions.set_id
 
 
+# Free space a group needs in the cache while it is provided (the binaries plus a staging copy);
+# measured sizes of the stripped 1.37 binaries are ~390, ~25 and ~75 MB.
+SPACE_NEEDED = {"kubernetes": 1 << 30, "etcd": 128 << 20, "kwok": 256 << 20}
+
+
 def ensure(versions: Versions = Versions(), *, source: str = "auto", binaries_dir: Path | None = None,
            reporter: Reporter | None = None, force: bool = False) -> BinarySet:
     """Return verified binaries for `versions`, providing whatever is missing or corrupt."""
-    from harness.binaries import download, gobuild, manifest
+    from harness.binaries import manifest
 
     reporter = reporter or Reporter(quiet=True)
     if binaries_dir is not None:
@@ -78,18 +114,43 @@ def ensure(versions: Versions = Versions(), *, source: str = "auto", binaries_di
         raise BinariesError(f"unknown binary source {source!r}", hint=f"use one of {', '.join(SOURCES)}")
 
     target = cache_dir(versions)
-    target.mkdir(parents=True, exist_ok=True)
-    with manifest.locked(target):
-        recorded = manifest.load(target)
-        for group, names in GROUPS.items():
-            if not force and manifest.group_ok(target, recorded, group, versions.of_group(group)):
-                continue
-            provider = _pick_source(source, group)
-            with reporter.step(f"{group} v{versions.of_group(group)}: {provider.DESCRIPTION}"):
-                provider.provide(group, versions, target, reporter)
-            recorded = manifest.record(target, recorded, group, versions.of_group(group), names,
-                                       provider.NAME)
+    recorded = manifest.load(target)
+    if not force and all(manifest.group_ok(target, recorded, g, versions.of_group(g)) for g in GROUPS):
+        return BinarySet(target, versions)  # complete and verified: no lock needed (a read-only cache works)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with manifest.locked(target):
+            recorded = manifest.load(target)
+            for group, names in GROUPS.items():
+                if not force and manifest.group_ok(target, recorded, group, versions.of_group(group)):
+                    continue
+                require_writable(target, SPACE_NEEDED[group], f"{group} v{versions.of_group(group)}")
+                provider = _pick_source(source, group)
+                with reporter.step(f"{group} v{versions.of_group(group)}: {provider.DESCRIPTION}"):
+                    provider.provide(group, versions, target, reporter)
+                recorded = manifest.record(target, recorded, group, versions.of_group(group), names,
+                                           provider.NAME)
+    except OSError as err:  # read-only, not a directory, full: the cache itself, not the build, failed
+        raise cache_error(target, err) from None
     return BinarySet(target, versions)
+
+
+def cache_error(directory: Path, err: OSError) -> BinariesError:
+    detail = f"{err.strerror or err}" + (f" ({err.filename})" if err.filename else "")
+    return BinariesError(f"binary cache {directory}: {detail}",
+                         hint=f"point {paths.CACHE_ENV} at a writable directory with at least 1.5 GB free, or pass "
+                              "--binaries-dir DIR with pre-built binaries")
+
+
+def require_writable(directory: Path, needed: int, what: str) -> None:
+    """Refuse before a long build rather than after it: the cache must take a file and have room."""
+    probe = directory / f".write-test-{os.getpid()}"
+    probe.write_bytes(b"")
+    probe.unlink()
+    free = shutil.disk_usage(directory).free
+    if free < needed:
+        raise BinariesError(f"binary cache {directory}: {free >> 20} MiB free, {what} needs about {needed >> 20} MiB",
+                            hint=f"free some space, or point {paths.CACHE_ENV} at a directory with more room")
 
 
 def locate(versions: Versions = Versions(), *, binaries_dir: Path | None = None) -> BinarySet:

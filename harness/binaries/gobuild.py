@@ -110,8 +110,18 @@ def kubernetes_ldflags(version: str, build_date: str) -> str:
     return " ".join(flags)
 
 
-def _build_kubernetes(version: str, work: Path, out: Path, reporter: Reporter) -> None:
-    info = _download_module(f"k8s.io/kubernetes@v{version}", work)
+def build_kubernetes_commands(version: str, names: tuple[str, ...], work: Path, out: Path,
+                              reporter: Reporter) -> None:
+    """Build any commands of k8s.io/kubernetes v<version> (e.g. kubeadm and kube-proxy for a kind node
+    image) into `out`, with the same wrapper module and version ldflags as the cluster binaries."""
+    require_go()
+    work.mkdir(parents=True, exist_ok=True)
+    _build_kubernetes(version, work, out, reporter, {name: f"k8s.io/kubernetes/cmd/{name}" for name in names})
+
+
+def _build_kubernetes(version: str, work: Path, out: Path, reporter: Reporter,
+                      packages: dict[str, str] = KUBE_PACKAGES) -> None:
+    info = download_module(f"k8s.io/kubernetes@v{version}", work)
     gomod_text = Path(info["GoMod"]).read_text()
     if not staging_replacements(gomod_text):
         raise BinariesError(f"k8s.io/kubernetes v{version}: go.mod has no staging replacements; "
@@ -120,10 +130,10 @@ def _build_kubernetes(version: str, work: Path, out: Path, reporter: Reporter) -
     module.mkdir(exist_ok=True)
     (module / "go.mod").write_text(kubernetes_wrapper_gomod(version, gomod_text))
     (module / "go.sum").unlink(missing_ok=True)
-    _write_tools_file(module, KUBE_PACKAGES.values())
+    _write_tools_file(module, packages.values())
     _go(["mod", "tidy"], module, work, "resolving modules")
     build_date = _module_time(info)
-    run_go_build(list(KUBE_PACKAGES.values()), ["-ldflags", kubernetes_ldflags(version, build_date), "-o", str(out) + "/"],
+    run_go_build(list(packages.values()), ["-ldflags", kubernetes_ldflags(version, build_date), "-o", str(out) + "/"],
               module, work, reporter, f"compiling Kubernetes v{version}")
 
 
@@ -138,7 +148,7 @@ def etcd_wrapper_gomod(version: str, gomod_text: str) -> str:
 
 
 def _build_etcd(version: str, work: Path, out: Path, reporter: Reporter) -> None:
-    info = _download_module(f"{ETCD_MODULE}@v{version}", work)
+    info = download_module(f"{ETCD_MODULE}@v{version}", work)
     module = work / "module"
     module.mkdir(exist_ok=True)
     (module / "go.mod").write_text(etcd_wrapper_gomod(version, Path(info["GoMod"]).read_text()))
@@ -173,7 +183,7 @@ def _write_tools_file(module: Path, packages) -> None:
     (module / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
 
 
-def _download_module(spec: str, work: Path) -> dict:
+def download_module(spec: str, work: Path) -> dict:
     output = _go(["mod", "download", "-json", spec], work, work, f"downloading {spec}")
     try:
         info = json.loads(output)

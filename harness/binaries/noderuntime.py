@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import paths
-from harness.binaries import host_platform, manifest
+from harness.binaries import cache_error, host_platform, manifest
 from harness.errors import BinariesError
 from harness.progress import Reporter
 
@@ -87,29 +87,36 @@ def ensure(reporter: Reporter | None = None, version: str = CONTAINERD_VERSION) 
         raise BinariesError("a real node needs tools this machine lacks: " + "; ".join(missing),
                             hint=f"on Debian/Ubuntu: apt-get install {DEBIAN_PACKAGES}")
     target = cache_dir(version)
-    target.mkdir(parents=True, exist_ok=True)
-    with manifest.locked(target):
-        recorded = manifest.load(target)
-        if not manifest.group_ok(target, recorded, GROUP, version):
-            gobuild.require_go()
-            work = paths.cache_root() / "build" / f"containerd-v{version}"
-            work.mkdir(parents=True, exist_ok=True)
-            out = Path(tempfile.mkdtemp(dir=work, prefix="out-"))
-            try:
-                packages = [f"{CONTAINERD_MODULE}/cmd/{name}@v{version}" for name in CONTAINERD_BINARIES]
-                # The shim and containerd use cgo only for optional features; static pure-Go builds
-                # run anywhere.
-                gobuild.run_go_build(packages, ["-tags", CONTAINERD_TAGS, "-ldflags", "-s -w"], work, work, reporter,
-                                     f"compiling containerd v{version}", verb="install",
-                                     extra_env={"GOBIN": str(out)})
-                for name in CONTAINERD_BINARIES:
-                    manifest.install_file(out / name, target / name)
-            finally:
-                shutil.rmtree(out, ignore_errors=True)
-            recorded = manifest.record(target, recorded, GROUP, version, CONTAINERD_BINARIES, "build")
-        if not manifest.group_ok(target, recorded, PAUSE_GROUP, images.RECIPE):
-            with reporter.step("building the pause binary"):
-                built = images.build_pause(target / (PAUSE_BINARY + ".new"))
-                built.replace(target / PAUSE_BINARY)
-            recorded = manifest.record(target, recorded, PAUSE_GROUP, images.RECIPE, (PAUSE_BINARY,), "build")
-    return NodeRuntime(target, find_runc(), find_cni_dir(), images.find_busybox())
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with manifest.locked(target):
+            recorded = manifest.load(target)
+            if not manifest.group_ok(target, recorded, GROUP, version):
+                gobuild.require_go()
+                work = paths.cache_root() / "build" / f"containerd-v{version}"
+                work.mkdir(parents=True, exist_ok=True)
+                out = Path(tempfile.mkdtemp(dir=work, prefix="out-"))
+                try:
+                    packages = [f"{CONTAINERD_MODULE}/cmd/{name}@v{version}" for name in CONTAINERD_BINARIES]
+                    # The shim and containerd use cgo only for optional features; static pure-Go builds
+                    # run anywhere.
+                    gobuild.run_go_build(packages, ["-tags", CONTAINERD_TAGS, "-ldflags", "-s -w"], work, work,
+                                         reporter, f"compiling containerd v{version}", verb="install",
+                                         extra_env={"GOBIN": str(out)})
+                    for name in CONTAINERD_BINARIES:
+                        manifest.install_file(out / name, target / name)
+                finally:
+                    shutil.rmtree(out, ignore_errors=True)
+                recorded = manifest.record(target, recorded, GROUP, version, CONTAINERD_BINARIES, "build")
+            if not manifest.group_ok(target, recorded, PAUSE_GROUP, images.RECIPE):
+                with reporter.step("building the pause binary"):
+                    built = images.build_pause(target / (PAUSE_BINARY + ".new"))
+                    built.replace(target / PAUSE_BINARY)
+                recorded = manifest.record(target, recorded, PAUSE_GROUP, images.RECIPE, (PAUSE_BINARY,), "build")
+    except OSError as err:
+        raise cache_error(target, err) from None
+    runc, cni_dir, busybox = find_runc(), find_cni_dir(), images.find_busybox()
+    if runc is None or cni_dir is None or busybox is None:  # found above, gone while containerd was built
+        raise BinariesError("a real node needs tools this machine lacks: " + "; ".join(host_tools_missing()),
+                            hint=f"on Debian/Ubuntu: apt-get install {DEBIAN_PACKAGES}")
+    return NodeRuntime(target, runc, cni_dir, busybox)

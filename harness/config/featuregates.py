@@ -2,7 +2,9 @@
 
 The matrix (clusters/feature-gates/v<minor>.yaml) names presets; command-line overrides go on top.
 Unknown gate names, a gate switched on while a gate it needs is off, and malformed values are all
-reported together, before any process starts.
+reported together, before anything is built or started: gate names are checked against the list of
+every gate of that Kubernetes version (v<minor>-gates.txt) first, and against the installed
+kube-apiserver's own --help once the binaries are there.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Matrix:
     gates: dict[str, GateInfo]
     presets: dict[str, dict]
     default_preset: str
+    all_gates: frozenset[str] = frozenset()  # every gate name of this version (not only the DRA ones)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,10 @@ def matrix_path(kubernetes_version: str) -> Path:
     return FEATURE_GATES_DIR / f"v{minor}.yaml"
 
 
+def gate_list_path(kubernetes_version: str) -> Path:
+    return matrix_path(kubernetes_version).with_name(matrix_path(kubernetes_version).stem + "-gates.txt")
+
+
 def load_matrix(kubernetes_version: str) -> Matrix:
     path = matrix_path(kubernetes_version)
     if not path.is_file():
@@ -76,7 +83,10 @@ def load_matrix(kubernetes_version: str) -> Matrix:
     gates = {name: GateInfo(stage=info["stage"], default=bool(info["default"]), locked=bool(info.get("locked")),
                             needs=tuple(info.get("needs", ())))
              for name, info in raw["gates"].items()}
-    return Matrix(path, str(raw["kubernetesVersion"]), gates, raw["presets"], raw["defaultPreset"])
+    gate_list = gate_list_path(kubernetes_version)
+    all_gates = frozenset(line.strip() for line in gate_list.read_text().splitlines()
+                          if line.strip() and not line.startswith("#")) if gate_list.is_file() else frozenset()
+    return Matrix(path, str(raw["kubernetesVersion"]), gates, raw["presets"], raw["defaultPreset"], all_gates)
 
 
 def parse_bool_map(text: str, flag: str) -> tuple[dict[str, bool], list[Problem]]:
@@ -112,14 +122,16 @@ def resolve(matrix: Matrix, *, preset: str | None = None, gate_overrides: str = 
     gates.update(extra_gates)
     runtime.update(extra_runtime)
 
-    # known_gates None: the binaries are not there yet; names are checked again once they are.
-    known = set(matrix.gates) | set(known_gates or ())
+    # known_gates None: the binaries are not there yet, so names are checked against the version's gate
+    # list (when the version has one), and again against the binaries once they are there.
+    known = set(matrix.gates) | matrix.all_gates | set(known_gates or ())
+    check_names = known_gates is not None or bool(matrix.all_gates)
     for name in sorted(gates):
-        if known_gates is not None and name not in known:
+        if check_names and name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=3)
             problems.append(Problem("--feature-gates", name, "unknown feature gate in Kubernetes "
                                     f"{matrix.kubernetes_version}", ("did you mean " + ", ".join(close) + "?")
-                                    if close else f"see {matrix.source.name}"))
+                                    if close else f"see {gate_list_path(matrix.kubernetes_version).name}"))
         elif name in matrix.gates and matrix.gates[name].locked and gates[name] != matrix.gates[name].default:
             problems.append(Problem("--feature-gates", name, f"is locked to {str(matrix.gates[name].default).lower()}"
                                     f" in {matrix.kubernetes_version}", str(matrix.gates[name].default).lower()))

@@ -6,27 +6,120 @@
     spec:
       drivers: [gpu.acme.example]            # driver names it publishes ResourceSlices as
       deviceClasses: {gpu: acme-gpu}         # device type -> the DeviceClass it installs
-      extendedResources: {gpu: acme.example/gpu}
+      extendedResources: {gpu: acme.example/gpu}   # device type -> the extendedResourceName of that class
       features: [DRAExtendedResource, DRADeviceTaints, DRAPartitionableDevices]   # what it claims to support
-      testImage: registry.k8s.io/pause:3.10  # what the kubelet checks run on your nodes (default shown)
+      nodeSelector: acme.example/gpu=present # label selector of the nodes where every driver has devices
+      testImage: registry.k8s.io/pause:3.10  # what the kubelet checks run (default: the real node's pause image)
+      pluginLog: /var/log/acme-plugin.log    # the kubelet plugin's log, for failure diagnostics
+      kubeletPlugin:                         # or: the harness starts the plugin on the local real node
+        command: /opt/acme/acme-kubeletplugin
+        args: [--node-name={nodeName}, --kubeconfig={kubeconfig}, --cdi-root={cdiDir},
+               --registrar-dir={registrationDir}, --plugins-dir={pluginsDir}]
+        env: {ACME_LOG_LEVEL: "4"}
+      manifests: [acme-gpu-class.yaml]       # DeviceClasses the run creates before the tests and deletes after
 
-The suite then tests that driver as it is: checks of its published slices, and the feature tests it
-claims; tests that need the fake driver's powers (profiles, fault injection) are skipped with the reason.
+`load` checks the file alone (types, names, known features, the plugin's command and placeholders,
+the manifests); `check_against_cluster` checks it against the cluster under test (classes exist or are
+in the manifests, extended resources are mapped, the test image is on the nodes, the node selector
+matches). Both report every problem with file, field, value and what is allowed, before anything is
+started.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from fake_devices import yamlfile
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.schema import DNS_SUBDOMAIN, Reader, read_header
 
 KIND = "VendorDriver"
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
-DEFAULT_TEST_IMAGE = "registry.k8s.io/pause:3.10"
+# The local backend's real node has this image without a registry (harness/backends/local/realnode/images.py);
+# elsewhere the vendor names one its nodes have. Spelled out, not imported: importing the local backend
+# would cost seconds before the file is even read (tests/unit keeps the two equal).
+DEFAULT_TEST_IMAGE = "dra-harness.local/pause:1"
+# The feature gates the suite has tests for (conformance/ markers; tests/unit keeps this list complete).
+KNOWN_FEATURES = ("DynamicResourceAllocation", "DRAAdminAccess", "DRAConsumableCapacity", "DRADeviceTaintRules",
+                  "DRADeviceTaints", "DRAExtendedResource", "DRAFractionalCapacityRange", "DRAPartitionableDevices",
+                  "DRAPrioritizedList", "DRAResourceClaimDeviceStatus", "DRAWorkloadResourceClaims",
+                  "GenericWorkload", "ResourceHealthStatus")
+EXTENDED_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                                    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# What `{name}` in spec.kubeletPlugin args and env stands for, per real node (the same keys as
+# `dra-harness cluster node-paths --json`, harness/vendor_plugin.py fills them in).
+PLUGIN_PLACEHOLDERS = {
+    "nodeName": "the real node's name",
+    "registrationDir": "the kubelet's plugin registration directory (plugins_registry)",
+    "pluginsDir": "the kubelet's plugins directory (each driver's dra.sock lives below it)",
+    "cdiDir": "the directory of CDI specs the node's containerd reads",
+    "kubeconfig": "the cluster's admin kubeconfig",
+}
+# What `{name}` in spec.kubeletPlugin.command stands for: where the harness keeps the binaries it builds
+# (the example driver's plugin among them), so a vendor file in the repository needs no absolute path.
+COMMAND_PLACEHOLDERS = ("binaryCache", "platform")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MANIFEST_API_VERSION = "resource.k8s.io/v1"
+MANIFEST_KINDS = ("DeviceClass",)
+SELECTOR_TERM = re.compile(r"^\s*!?\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s*((!=|==|=)\s*[-A-Za-z0-9_.]*)?\s*$")
+
+
+@dataclass(frozen=True)
+class KubeletPlugin:
+    """The vendor's kubelet plugin as the harness starts it on a real node: `command` is an executable
+    file (placeholders already filled in); `args` and `env` still hold the node placeholders."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, values: dict[str, str]) -> list[str]:
+        return [self.command, *(fill(arg, values) for arg in self.args)]
+
+    def environment(self, values: dict[str, str]) -> dict[str, str]:
+        return {name: fill(value, values) for name, value in self.env.items()}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A cluster-scoped object of spec.manifests: created by the run, deleted after it."""
+
+    path: str
+    kind: str
+    name: str
+    body: dict
+
+
+def fill(template: str, values: dict[str, str]) -> str:
+    """`template` with each `{name}` replaced (names checked by `placeholder_problems` at load)."""
+    return template.format_map(values)
+
+
+def placeholder_problems(template: str, allowed) -> list[str]:
+    """What is wrong with the `{name}` fields of `template`: unknown names, conversions, stray braces."""
+    try:
+        fields = [name for _, name, spec, conv in string.Formatter().parse(template) if name is not None
+                  and not (spec or conv)]
+        odd = [f"{{{name}{'!' + conv if conv else ''}{':' + spec if spec else ''}}}"
+               for _, name, spec, conv in string.Formatter().parse(template) if name is not None and (spec or conv)]
+    except ValueError as err:  # a lone { or }
+        return [f"{template!r}: {err} (write {{{{ and }}}} for literal braces)"]
+    problems = [f"{template!r}: placeholder {text} has a conversion or format" for text in odd]
+    problems += [f"{template!r}: unknown placeholder {{{name}}}" if name else f"{template!r}: empty placeholder {{}}"
+                 for name in fields if name not in allowed]
+    return problems
+
+
+def command_values() -> dict[str, str]:
+    from harness import paths
+    from harness.binaries import host_platform
+
+    os_name, arch = host_platform()
+    return {"binaryCache": str(paths.cache_root() / "binaries"), "platform": f"{os_name}-{arch}"}
 
 
 @dataclass(frozen=True)
@@ -37,14 +130,20 @@ class VendorDriver:
     extended_resources: dict[str, str] = field(default_factory=dict)
     features: frozenset[str] = frozenset()
     test_image: str = DEFAULT_TEST_IMAGE
+    node_selector: str = ""  # label selector of the nodes where every driver publishes devices ("": not said)
+    plugin_log: str = ""
+    source: str = ""  # the file it came from, for located errors later
+    kubelet_plugin: KubeletPlugin | None = None  # the harness starts it on the local backend's real node
+    manifests: tuple[Manifest, ...] = ()
+
+    @property
+    def default_image(self) -> bool:
+        return self.test_image == DEFAULT_TEST_IMAGE
 
 
 def load(path: str) -> VendorDriver:
     problems: list[Problem] = []
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise InvalidInput([Problem(path, "(file)", f"cannot read: {err}")]) from None
+    data = yamlfile.load(path)  # bounded, strict YAML: the shared reader of every input file
     top = Reader(data, path, "", problems)
     name, spec = read_header(top, API_VERSION, KIND)
     drivers = []
@@ -56,11 +155,213 @@ def load(path: str) -> VendorDriver:
     if not drivers and "drivers" not in [p.field for p in problems]:
         spec.fail("spec.drivers", "must name at least one driver")
     classes = {str(k): str(v) for k, v in spec.raw_mapping("deviceClasses").items()}
+    for kind, device_class in classes.items():
+        if not DNS_SUBDOMAIN.match(device_class):
+            spec.fail(f"spec.deviceClasses.{kind}", f"{device_class!r} is not a DeviceClass name", "a DNS subdomain")
     extended = {str(k): str(v) for k, v in spec.raw_mapping("extendedResources").items()}
-    features = frozenset(str(f) for f in spec.scalars("features"))
+    for kind, resource in extended.items():
+        if kind not in classes:
+            spec.fail(f"spec.extendedResources.{kind}", f"device type {kind!r} has no entry in spec.deviceClasses",
+                      ", ".join(sorted(classes)) or "a device type named in spec.deviceClasses")
+        elif not EXTENDED_RESOURCE_NAME.match(resource) or resource.startswith(("kubernetes.io/", "requests.")):
+            spec.fail(f"spec.extendedResources.{kind}", f"{resource!r} is not an extended resource name",
+                      "[domain/]name outside kubernetes.io, e.g. acme.example/gpu")
+    features = []
+    for i, feature in enumerate(spec.scalars("features")):
+        if str(feature) not in KNOWN_FEATURES:
+            spec.fail(f"spec.features[{i}]", f"unknown feature {feature!r}", ", ".join(KNOWN_FEATURES))
+        else:
+            features.append(str(feature))
     test_image = spec.str("testImage", default=DEFAULT_TEST_IMAGE)
+    node_selector = spec.str("nodeSelector", default="") or ""
+    if node_selector and not all(SELECTOR_TERM.match(term) for term in node_selector.split(",")):
+        spec.fail("spec.nodeSelector", f"{node_selector!r} is not a label selector",
+                  "comma-separated key=value, key!=value, key or !key terms")
+    plugin_log = spec.str("pluginLog", default="") or ""
+    if plugin_log and not Path(plugin_log).expanduser().is_file():
+        spec.fail("spec.pluginLog", f"{plugin_log!r} is not a file", "the path of the kubelet plugin's log")
+    plugin = _kubelet_plugin(spec, Path(path).parent) if "kubeletPlugin" in spec.data else None
+    if "kubeletPlugin" in spec.data and plugin_log:
+        spec.fail("spec.pluginLog", "is set together with spec.kubeletPlugin, whose log the harness keeps itself",
+                  "one of spec.pluginLog (you start the plugin) or spec.kubeletPlugin (the harness does)")
+    manifests = _manifests(spec, Path(path).parent)
     spec.done()
     top.done()
     if problems:
         raise InvalidInput(problems)
-    return VendorDriver(name or "", tuple(drivers), classes, extended, features, test_image or DEFAULT_TEST_IMAGE)
+    return VendorDriver(name or "", tuple(drivers), classes, extended, frozenset(features),
+                        test_image or DEFAULT_TEST_IMAGE, node_selector, plugin_log, path, plugin, manifests)
+
+
+def _kubelet_plugin(spec: Reader, base: Path) -> KubeletPlugin | None:
+    """spec.kubeletPlugin: an executable command, string args and env whose placeholders are known."""
+    section = spec.mapping("kubeletPlugin")
+    if not isinstance(spec.data.get("kubeletPlugin"), dict):
+        return None  # the reader said it must be a mapping
+    before = len(spec.problems)
+    command = section.str("command", required=True)
+    allowed = ", ".join(f"{{{name}}}" for name in PLUGIN_PLACEHOLDERS)
+    if command is not None:
+        for problem in placeholder_problems(command, COMMAND_PLACEHOLDERS):
+            section.fail("spec.kubeletPlugin.command", problem,
+                         ", ".join(f"{{{name}}}" for name in COMMAND_PLACEHOLDERS) + " in the command")
+        if len(spec.problems) == before:
+            resolved = Path(fill(command, command_values())).expanduser()
+            resolved = resolved if resolved.is_absolute() else base / resolved  # beside the vendor file
+            if not resolved.is_file() or not os.access(resolved, os.X_OK):
+                what = "does not exist" if not resolved.exists() else "is not an executable file"
+                section.fail("spec.kubeletPlugin.command", f"{command!r} ({resolved}) {what}",
+                             "the path of your plugin's executable (absolute, or relative to the vendor file; "
+                             "the example driver's is built by `make binaries`)")
+            command = str(resolved)
+    args = []
+    for i, arg in enumerate(section.scalars("args")):
+        if not isinstance(arg, str):
+            section.fail(f"spec.kubeletPlugin.args[{i}]", f"must be a string, not {arg!r}",
+                         "a string (quote numbers and true/false)")
+            continue
+        for problem in placeholder_problems(arg, PLUGIN_PLACEHOLDERS):
+            section.fail(f"spec.kubeletPlugin.args[{i}]", problem, allowed)
+        args.append(arg)
+    env = {}
+    for key, value in section.raw_mapping("env").items():
+        where = f"spec.kubeletPlugin.env.{key}"
+        if not isinstance(key, str) or not ENV_NAME.match(key):
+            section.fail(where, f"{key!r} is not an environment variable name", "letters, digits and _, not first a digit")
+        elif not isinstance(value, str):
+            section.fail(where, f"must be a string, not {value!r}", "a string (quote numbers and true/false)")
+        else:
+            for problem in placeholder_problems(value, PLUGIN_PLACEHOLDERS):
+                section.fail(where, problem, allowed)
+            env[key] = value
+    section.done()
+    if len(spec.problems) > before or command is None:
+        return None
+    return KubeletPlugin(command, tuple(args), env)
+
+
+def _manifests(spec: Reader, base: Path) -> tuple[Manifest, ...]:
+    """spec.manifests: files of one DeviceClass each (relative to the vendor file), checked here for
+    kind and name; the API server checks the rest (a dry run before anything is created)."""
+    found: list[Manifest] = []
+    for i, entry in enumerate(spec.scalars("manifests")):
+        where = f"spec.manifests[{i}]"
+        if not isinstance(entry, str) or not entry:
+            spec.fail(where, f"must be a file name, not {entry!r}", "the path of a YAML file (relative to the vendor file)")
+            continue
+        target = Path(entry).expanduser()
+        target = target if target.is_absolute() else base / target
+        try:
+            body = yamlfile.load(target)
+        except InvalidInput as err:
+            for problem in err.problems:
+                spec.fail(where, f"{entry!r}: {problem.field}: {problem.problem}", problem.allowed)
+            continue
+        if not isinstance(body, dict):
+            spec.fail(where, f"{entry!r} is not a Kubernetes object", f"a {', '.join(MANIFEST_KINDS)} manifest")
+            continue
+        kind, version = body.get("kind"), body.get("apiVersion")
+        name = (body.get("metadata") or {}).get("name") if isinstance(body.get("metadata"), dict) else None
+        if kind not in MANIFEST_KINDS or version != MANIFEST_API_VERSION:
+            spec.fail(where, f"{entry!r} is {version}/{kind}", f"{MANIFEST_API_VERSION} {', '.join(MANIFEST_KINDS)}")
+        elif not isinstance(name, str) or not DNS_SUBDOMAIN.match(name):
+            spec.fail(where, f"{entry!r}: metadata.name {name!r} is not a {kind} name", "a DNS subdomain")
+        elif any(m.kind == kind and m.name == name for m in found):
+            spec.fail(where, f"{entry!r}: {kind} {name!r} is named twice in spec.manifests", "each object once")
+        else:
+            found.append(Manifest(str(target), kind, name, body))
+    return tuple(found)
+
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+def _image_names(node) -> set[str]:
+    names = set()
+    for image in (node.status.images if node.status else None) or []:
+        for name in image.names or []:
+            names.add(name)
+            if name.startswith("docker.io/library/"):  # `pause:3.10` is how people write docker.io/library/pause
+                names.add(name.removeprefix("docker.io/library/"))
+            if name.startswith("docker.io/"):
+                names.add(name.removeprefix("docker.io/"))
+    return names
+
+
+def check_against_cluster(vendor: VendorDriver, k8s, *, manifests_installed: bool = False) -> None:
+    """Refuse, with every problem located in the file, a vendor file the cluster contradicts: a
+    DeviceClass it names does not exist (nor is in spec.manifests), an extended resource no class maps,
+    a node selector that matches no node, a test image missing on a kubelet node where the drivers
+    publish devices. Before the run has created spec.manifests, each must not exist yet (the run never
+    touches an object it did not create) and must pass the API server's dry run."""
+    from kubernetes.client.rest import ApiException
+
+    problems: list[Problem] = []
+    source = vendor.source or "vendor file"
+    classes = {c.metadata.name: c for c in k8s.resource.list_device_class().items}
+    if not manifests_installed:
+        for i, manifest in enumerate(vendor.manifests):
+            where = f"spec.manifests[{i}]"
+            if manifest.name in classes:
+                problems.append(Problem(source, where, f"{manifest.kind} {manifest.name!r} already exists in the "
+                                        "cluster; the run creates the objects of spec.manifests and deletes them "
+                                        "after, and never touches one it did not create",
+                                        f"delete {manifest.kind} {manifest.name} first, or drop {manifest.path} "
+                                        "from spec.manifests"))
+                continue
+            try:
+                checked = k8s.resource.create_device_class(manifest.body, dry_run="All")
+            except ApiException as err:
+                problems.append(Problem(source, where, f"{manifest.path}: the API server refuses it: "
+                                        f"{_api_message(err)}", f"a valid {MANIFEST_API_VERSION} {manifest.kind}"))
+                continue
+            classes[manifest.name] = checked
+    for kind, name in sorted(vendor.device_classes.items()):
+        if name not in classes:
+            problems.append(Problem(source, f"spec.deviceClasses.{kind}", f"DeviceClass {name!r} does not exist in "
+                                    "the cluster", ", ".join(sorted(classes)[:20]) or "no DeviceClass exists"))
+    mapped = {c.spec.extended_resource_name: n for n, c in classes.items() if c.spec.extended_resource_name}
+    for kind, resource in sorted(vendor.extended_resources.items()):
+        if resource not in mapped:
+            problems.append(Problem(source, f"spec.extendedResources.{kind}", f"no DeviceClass maps {resource!r} "
+                                    "(spec.extendedResourceName)", ", ".join(sorted(mapped)[:20]) or
+                                    "no DeviceClass of the cluster has an extendedResourceName"))
+        elif vendor.device_classes.get(kind) != mapped[resource]:
+            problems.append(Problem(source, f"spec.extendedResources.{kind}", f"{resource!r} is mapped by DeviceClass "
+                                    f"{mapped[resource]!r}, not by spec.deviceClasses.{kind} "
+                                    f"({vendor.device_classes.get(kind)!r})", "the class of the same device type"))
+    nodes = {n.metadata.name: n for n in k8s.core.list_node().items}
+    if vendor.node_selector:
+        try:
+            selected = k8s.core.list_node(label_selector=vendor.node_selector).items
+        except ApiException as err:
+            problems.append(Problem(source, "spec.nodeSelector", f"{vendor.node_selector!r} is refused by the API "
+                                    f"server: {err.reason}", "a Kubernetes label selector"))
+        else:
+            if not selected:
+                problems.append(Problem(source, "spec.nodeSelector", f"{vendor.node_selector!r} matches no node",
+                                        "a selector of the nodes where your driver publishes devices"))
+    kubelet_nodes = set()
+    for driver in vendor.drivers:
+        for item in k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items:
+            node = nodes.get(item.spec.node_name or "")
+            if node is not None and (node.metadata.annotations or {}).get(KWOK_ANNOTATION) != "fake":
+                kubelet_nodes.add(item.spec.node_name)
+    field = "spec.testImage" + (" (default)" if vendor.default_image else "")
+    for node in sorted(kubelet_nodes):
+        names = _image_names(nodes[node])
+        if vendor.test_image not in names:
+            sample = ", ".join(sorted(n for n in names if "@sha256:" not in n)[:8]) or "none"
+            problems.append(Problem(source, field, f"{vendor.test_image!r} is not on node {node}, where your "
+                                    "driver publishes devices", f"an image the node has: {sample}"))
+    if problems:
+        raise InvalidInput(problems)
+
+
+def _api_message(err) -> str:
+    import json
+
+    try:
+        return str(json.loads(err.body).get("message") or err.reason)[:500]
+    except (TypeError, ValueError):
+        return str(err.reason)

@@ -162,14 +162,60 @@ def test_existing_backend_deploys_labels_waits_and_removes_only_its_own(k8s, dra
 def test_existing_backend_bad_input_is_located(tmp_path):
     state = tmp_path / "state"
     missing = _cli(state, "cluster", "up", "--backend", "existing", "--kubeconfig", str(tmp_path / "nope"))
-    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert f"--kubeconfig: {tmp_path / 'nope'}: no such file" in missing.stderr
     garbage = tmp_path / "garbage"
     garbage.write_text("not: [a kubeconfig")
     bad = _cli(state, "cluster", "up", "--backend", "existing", "--kubeconfig", str(garbage))
-    assert bad.returncode == 1 and f"cannot read kubeconfig {garbage}" in bad.stderr
+    assert bad.returncode == 2 and f"--kubeconfig {garbage}: (file): not YAML" in bad.stderr
     image = _cli(state, "cluster", "up", "--backend", "existing", "--kubeconfig", str(garbage), "--no-deploy",
                  "--driver-image", "x:1")
-    assert image.returncode == 1 and "--driver-image" in image.stderr
+    assert image.returncode == 2 and "--driver-image" in image.stderr
     unknown = _cli(state, "cluster", "down", "--backend", "existing", "--name", "never-made")
-    assert unknown.returncode == 1 and "no existing-cluster entry named 'never-made'" in unknown.stderr
+    # nothing to take down is not an error: `down` is safe to repeat
+    assert unknown.returncode == 0 and "no existing-cluster entry named 'never-made'" in unknown.stdout + unknown.stderr
+
+
+def _cluster_scoped_names(k8s) -> dict[str, set[str]]:
+    """What a run could leave behind in the cluster: namespaces, nodes (with their labels), classes, slices."""
+    return {"namespaces": {n.metadata.name for n in k8s.core.list_namespace().items},
+            "nodes": {f"{n.metadata.name} {sorted((n.metadata.labels or {}).items())}"
+                      for n in k8s.core.list_node().items},
+            "classes": {c.metadata.name for c in k8s.resource.list_device_class().items},
+            "slices": {s.metadata.name for s in k8s.resource.list_resource_slice().items}}
+
+
+def test_run_on_a_given_cluster_tests_it_and_leaves_it_as_it_was(k8s, dra_cluster, tmp_path):
+    """`dra-harness run --backend existing --kubeconfig K`: the suite runs against K through the
+    cluster record (no cluster is started or stopped), and removes everything its tests made."""
+    before = _cluster_scoped_names(k8s)
+    reports = tmp_path / "reports"
+    result = _cli(tmp_path / "state", "run", "--backend", "existing", "--kubeconfig", str(dra_cluster.kubeconfig),
+                  "--report-dir", str(reports), "-n", "0", "--", "-k", "test_claim_has_at_most_32_requests")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed, 0 failed" in result.stdout, result.stdout
+    record = json.loads((reports / "cluster.json").read_text())
+    assert record["backend"] == "existing" and record["kubeconfig"] == str(dra_cluster.kubeconfig)
+    assert record["server"] == dra_cluster.server
+    assert not (tmp_path / "state" / "clusters").exists()  # nothing was started
+    after = _cluster_scoped_names(k8s)
+
+    def settled() -> bool:  # the test's namespace is deleted at teardown; it may still be terminating
+        nonlocal after
+        after = _cluster_scoped_names(k8s)
+        return after == before
+
+    wait.until("the cluster to be as it was before the run", settled, 120,
+               diagnostics=lambda: f"new: { {k: after[k] - before[k] for k in after} }, "
+                                   f"gone: { {k: before[k] - after[k] for k in after} }")
+
+
+def test_load_run_on_a_given_cluster_is_refused_after_checking_the_kubeconfig(k8s, dra_cluster, tmp_path):
+    before = _cluster_scoped_names(k8s)
+    reports = tmp_path / "load"
+    result = _cli(tmp_path / "state", "load", "run", "--scenario", "device-freed", "--backend", "existing",
+                  "--kubeconfig", str(dra_cluster.kubeconfig), "--report-dir", str(reports))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "--backend: existing" in result.stderr and "not its to change" in result.stderr
+    assert not reports.exists() and not (tmp_path / "state" / "clusters").exists()
+    assert _cluster_scoped_names(k8s) == before

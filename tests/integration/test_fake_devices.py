@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fake_devices import faults, profile, render
-from fake_devices.controller import FakeDriver, INSTANCE_LABEL
+from fake_devices.controller import INSTANCE_LABEL, FakeDriver
 from fake_devices.plan import content
 from harness import wait
 from harness.k8s.client import Clients
@@ -99,3 +99,87 @@ def test_deleted_node_loses_its_slices(k8s, fake_driver, unique_name):
     finally:
         k8s.core.delete_node(name)
     wait.until(f"slices of deleted node {name} to go", lambda: not _published(k8s, driver), 30)
+
+
+def test_slices_the_api_server_refuses_fail_publishing_with_slice_field_and_message(k8s, simulated_node, dra_namespace,
+                                                                                   unique_name):
+    """A 422 is not retried silently forever: publish() names the slice, the field and the server's message
+    (python -m fake_devices then exits non-zero instead of printing `ready`, so `cluster up` fails)."""
+    from fake_devices import config as driver_config
+    from fake_devices.controller import PublishError
+
+    instance = unique_name("fdr")
+    config = driver_config.build(instance, f"{instance}.example.com", [], nodes={simulated_node: "tiny"},
+                                 namespace=dra_namespace, workers=2, variant="refused-by-api")
+    driver = FakeDriver(config, k8s.api_client).start()
+    try:
+        with pytest.raises(PublishError) as info:
+            driver.publish(timeout=30)
+    finally:
+        driver.stop(delete_slices=True)
+    text = str(info.value)
+    # the variant breaks the first device of every driver: whichever slice the driver wrote first is named
+    named = [(d, render.slice_name(simulated_node, d, 0)) for d in driver.drivers.all()
+             if f"ResourceSlice {render.slice_name(simulated_node, d, 0)} (node {simulated_node}, driver {d})" in text]
+    assert len(named) == 1, text
+    assert "refused by the API server (422 Unprocessable Entity) at spec.devices[0].name: " in text, text
+    assert f'"{named[0][1]}" is invalid: spec.devices[0].name: Invalid value: "' in text, text
+
+
+def test_fault_inject_refuses_devices_and_nodes_that_do_not_exist(k8s, dra_cluster, fake_driver, simulated_node,
+                                                                    dra_namespace, capsys):
+    import io
+
+    from harness import cli
+
+    driver = fake_driver({simulated_node: "tiny"})
+    cm = driver.config.faults_configmap
+
+    def inject(node: str, device: str, kind: str = "warning") -> tuple[int, str]:
+        code = cli.run(["fault", "inject", "--kubeconfig", str(dra_cluster.kubeconfig), "--instance",
+                        driver.config.instance, "--namespace", dra_namespace, "--kind", kind, "--node", node,
+                        "--device", device], out=io.StringIO())
+        return code, capsys.readouterr().err
+
+    code, err = inject(simulated_node, "gpu-99")
+    assert code == 2 and f"--device: gpu-99: node {simulated_node} has no such device (allowed: gpu-0, gpu-1" in err, err
+    code, err = inject("no-such-node", "gpu-0")
+    assert code == 2, err
+    assert f"has no devices of fake-driver instance {driver.config.instance} (allowed: {simulated_node}" in err, err
+    # refused before anything changed: no fault ConfigMap was written
+    assert not [c for c in k8s.core.list_namespaced_config_map(dra_namespace).items if c.metadata.name == cm]
+
+    assert inject(simulated_node, "gpu-1", "lost")[0] == 0
+    wait.until("gpu-1 gone from its slice", lambda: _device_taints(k8s, driver, "gpu-1") is None, 10)
+    # a lost device is not in any slice, but its fault can still be changed
+    assert inject(simulated_node, "gpu-1")[0] == 0
+
+
+def test_driver_process_exits_3_instead_of_ready_when_a_slice_is_refused(k8s, dra_cluster, simulated_node,
+                                                                       dra_namespace, unique_name, tmp_path):
+    """`python -m fake_devices` as `cluster up` runs it: no `ready` line, exit status 3, the refusal on stderr
+    (the backend then fails with "fake-devices: exited during start with code 3" and these lines)."""
+    import subprocess
+    import sys
+
+    from fake_devices import config as driver_config
+
+    instance = unique_name("fdp")
+    config = driver_config.build(instance, f"{instance}.example.com", ["tiny"], nodes={simulated_node: "tiny"},
+                                 namespace=dra_namespace)
+    (tmp_path / "driver.yaml").write_text(driver_config.to_yaml(config))
+    # the refused-by-api variant is not part of the config file format (self-tests only): patch it in
+    code = ("import dataclasses, sys\n"
+            "from fake_devices import config, __main__ as main\n"
+            "load = config.load\n"
+            "config.load = lambda path: dataclasses.replace(load(path), variant='refused-by-api')\n"
+            "main.driver_config = config\n"
+            f"sys.exit(main.main(['--config', {str(tmp_path / 'driver.yaml')!r}, '--kubeconfig', "
+            f"{str(dra_cluster.kubeconfig)!r}, '--delete-on-exit', '--publish-timeout', '60']))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "ready" not in result.stdout
+    assert f"error: could not publish the devices of instance {instance}:" in result.stderr
+    assert f"(node {simulated_node}, driver " in result.stderr and "at spec.devices[0].name: " in result.stderr
+    assert not k8s.resource.list_resource_slice(
+        label_selector=f"{INSTANCE_LABEL}={instance}").items  # --delete-on-exit left nothing behind

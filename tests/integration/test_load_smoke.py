@@ -4,21 +4,27 @@
 from __future__ import annotations
 
 import csv
+import functools
+import io
+import json
 
 import pytest
 
-from harness import load_runner
+from harness import cli, load_runner
 from load import scenarios
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("scenario", [s for s in scenarios.SCENARIOS if s != "throughput"])
+LATENCY_SCENARIOS = [s for s in scenarios.SCENARIOS if s not in scenarios.BURST_SCENARIOS and s != "steady-state"]
+
+
+@pytest.mark.parametrize("scenario", LATENCY_SCENARIOS)
 def test_latency_scenario_measures_every_event(scenario, tmp_path, dra_run_id):
     params = scenarios.LoadParams(scenario, nodes=3, pending=6, events=3, devices_per_node=1, time_limit=120)
     summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-{scenario[:6]}-{dra_run_id[:5]}")
     latency = summary["latency_ms"]
-    assert (latency["n"], summary["failures"]) == (3, 0)
+    assert (latency["n"], summary["failures"]) == (3, 0), summary["failure_reasons"]  # why one was not measured
     assert 0 < latency["p50"] <= latency["p99"] <= latency["max"] < 60_000
     scheduler = summary["scheduler"]
     assert scheduler["missedRequeues"] == 0  # no pod needed the periodic flush
@@ -31,13 +37,91 @@ def test_latency_scenario_measures_every_event(scenario, tmp_path, dra_run_id):
     assert (tmp_path / "locust.html").stat().st_size > 0
 
 
-def test_throughput_scenario_reports_pods_per_second(tmp_path, dra_run_id):
-    params = scenarios.LoadParams("throughput", nodes=3, pending=24, events=1, devices_per_node=8, users=4,
-                                  time_limit=120)
+def test_steady_state_measures_every_arrival(tmp_path, dra_run_id):
+    """P pods placed first, then a bounded stream of arrivals at a constant rate: each one measured."""
+    params = scenarios.LoadParams("steady-state", nodes=3, pending=2, events=6, devices_per_node=2, users=2,
+                                  rate=2.0, time_limit=120)
+    summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-stead-{dra_run_id[:5]}")
+    latency = summary["latency_ms"]
+    assert (latency["n"], summary["failures"]) == (6, 0), summary.get("failure_reasons")
+    assert 0 < latency["p50"] <= latency["p99"] <= latency["max"] < 60_000
+    steady = summary["steady_state"]
+    assert (steady["arrivals"], steady["rate"]) == (6, 2.0), steady
+
+
+def test_extended_throughput_binds_every_pod_through_the_class(tmp_path, dra_run_id):
+    """Pods asking for the extended resource (no claim in the manifest) all bind through the DeviceClass
+    that maps it."""
+    params = scenarios.LoadParams("extended-throughput", nodes=3, pending=6, events=1, devices_per_node=2, users=4,
+                                  time_limit=180)
+    summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-extt-{dra_run_id[:5]}")
+    burst = summary["throughput"]
+    assert burst["complete"] and summary["failures"] == 0 and burst["reasons"] == {}, burst
+    assert burst["pods"] > 0 and burst["bound"] == burst["pods"] and burst["unbound"] == 0, burst
+
+
+def test_throughput_waits_for_every_pod_and_reports_consistent_figures(tmp_path, dra_run_id):
+    params = scenarios.LoadParams("throughput", nodes=20, pending=200, events=1, devices_per_node=10, users=16,
+                                  time_limit=300)
     summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-tput-{dra_run_id[:5]}")
-    assert summary["throughput"]["pods"] == 12  # the measured half of the burst
-    assert summary["throughput"]["pods_per_second"] > 0
-    assert summary["generator"]["pods_created"] == 12
+    burst = summary["throughput"]
+    assert (burst["burst"], burst["pods"], burst["bound"], burst["unbound"], burst["not_created"]) == (100, 100, 100, 0, 0)
+    assert burst["complete"] and summary["failures"] == 0 and burst["reasons"] == {}
+    creation, e2e = burst["creation"], burst["end_to_end"]
+    # both windows start at the first create call; the drain is what the scheduler needed after the last
+    # pod was created; rates are pods over their own windows
+    assert creation["seconds"] > 0 and e2e["seconds"] > 0
+    assert e2e["drain_after_creation_seconds"] == pytest.approx(e2e["seconds"] - creation["seconds"], abs=0.011)
+    # the reported seconds are rounded to 10 ms, so a rate recomputed from them may differ slightly
+    assert creation["pods_per_second"] == pytest.approx(100 / creation["seconds"], rel=0.01, abs=0.1)
+    assert burst["pods_per_second"] == e2e["pods_per_second"]
+    assert e2e["pods_per_second"] == pytest.approx(100 / e2e["seconds"], rel=0.01, abs=0.1)
+    upstream = burst["scheduler_perf"]
+    if e2e["seconds"] >= 2:  # at least one sample after upstream's baseline tick
+        assert upstream["samples"] >= 1
+        assert upstream["Perc50"] <= upstream["Perc90"] <= upstream["Perc95"] <= upstream["Perc99"]
+        assert 0 < upstream["Average"] <= upstream["Perc99"]
+    with open(tmp_path / "locust_stats_final.csv") as handle:
+        rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(handle)}
+    assert (rows[("throughput", "created -> bound")]["Request Count"],
+            rows[("throughput", "created -> bound")]["Failure Count"]) == ("100", "0")
+    conditions = summary["conditions"]  # the measured window's conditions are in every report
+    assert conditions["window_seconds"] > 0 and conditions["own_cpu_seconds"] > 0
+    assert conditions["contended"] == (conditions["others_percent_of_machine"] > 10)
+    page = (tmp_path / "load-report.html").read_text()
+    assert "conditions:" in page and ("CONTENDED" in page) == conditions["contended"]
+
+
+def test_throughput_fails_when_pods_cannot_be_bound(tmp_path, dra_run_id, monkeypatch):
+    # 2 nodes x 4 devices, 12 pods: the 6 set-up pods take 6 devices, so 4 of the 6 measured pods can
+    # never be bound. The parameter check refuses this, so the test bypasses it.
+    monkeypatch.setattr(scenarios, "validate", lambda params: params)
+    monkeypatch.setattr(scenarios, "LoadParams", functools.partial(scenarios.LoadParams, event_timeout=10))
+    console = io.StringIO()
+    code = cli.run(["-q", "load", "run", "--scenario", "throughput", "--nodes", "2", "--pending", "12",
+                    "--devices-per-node", "4", "--time-limit", "200", "--report-dir", str(tmp_path)], out=console)
+    out = console.getvalue()
+    assert code == 1
+    summary = json.loads((tmp_path / "load-report.json").read_text())
+    burst = summary["throughput"]
+    assert (burst["bound"], burst["unbound"], burst["complete"], summary["failures"]) == (2, 4, False, 4)
+    # the scheduler's own words, grouped: every unbound pod is Unschedulable for lack of a device
+    assert sum(burst["reasons"].values()) == 4
+    assert all(reason.startswith("Unschedulable:") and "nodes are available" in reason for reason in burst["reasons"])
+    assert "4 created but not bound" in out
+    assert all(f"{count} x {reason}" in out for reason, count in burst["reasons"].items())
+    assert "conditions:" in out
+
+
+def test_workers_split_the_events(tmp_path, dra_run_id):
+    # --workers 2 --events 4: 4 events in total (2 per worker), not 4 per worker
+    params = scenarios.LoadParams("device-freed", nodes=3, pending=6, events=4, devices_per_node=2, time_limit=120)
+    summary = load_runner.run(params, report_dir=tmp_path, workers=2, name=f"ld-wrk-{dra_run_id[:5]}")
+    assert (summary["events"], summary["latency_ms"]["n"], summary["failures"]) == (4, 4, 0)
+    assert summary["latency_ms"]["source"] == "harness"  # the workers sent their measurements to the master
+    with open(tmp_path / "locust_stats_final.csv") as handle:
+        rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(handle)}
+    assert rows[("device-freed", "unblocked -> bound")]["Request Count"] == "4"
 
 
 def test_sweep_writes_json_csv_and_plots(tmp_path, monkeypatch):

@@ -42,7 +42,7 @@ def _settings() -> dict:
 
 
 def _other_real_node_users(name: str) -> list[str]:
-    return [u for u in host._live_users(host._load()) if u != name]
+    return [o for o in host.owners() if o != os.path.abspath(state.cluster_dir(name))]
 
 
 def _assert_machine_clean(name: str, record, before: dict) -> None:

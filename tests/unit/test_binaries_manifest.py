@@ -13,7 +13,7 @@ import pytest
 
 import harness.binaries as binaries
 from harness.binaries import ALL_BINARIES, GROUPS, KUBE_BINARIES, Versions, download, gobuild, manifest
-from harness.errors import BinariesError
+from harness.errors import BinariesError, ConfigError
 from harness.progress import Reporter
 
 NAMES = ("kube-apiserver", "kubelet")
@@ -389,3 +389,70 @@ def test_pick_source_auto(monkeypatch):
     assert "--binaries-dir" in (caught.value.hint or "")
     for name in KUBE_BINARIES:
         assert name in caught.value.hint
+
+
+# --- versions and a cache that cannot take the binaries (issue 16, items 6 and 10) ---------------
+
+@pytest.mark.parametrize("version", ["1.37.2/../../../../x", "../1.37.2", "1.37", "1.37.2.1", "", " 1.37.2",
+                                     "1.37.2-", "1.37.2-rc/1", "01.37.2", "1.37.2\n", "v1.37.2"])
+def test_versions_refuse_anything_but_a_plain_semantic_version(version):
+    with pytest.raises(ConfigError) as caught:
+        Versions(kubernetes=version)
+    (problem,) = caught.value.problems
+    assert (problem.source, problem.field, problem.problem) == ("--kubernetes-version", version, "not a version")
+    assert "X.Y.Z" in problem.allowed
+
+
+@pytest.mark.parametrize("version", ["1.37.2", "1.38.0-alpha.1", "3.6.16", "0.8.0", "1.37.0-rc.0.12-abc"])
+def test_versions_accept_releases_and_pre_releases(version):
+    assert Versions(kubernetes=version, etcd=version, kwok=version).kubernetes == version
+
+
+def test_check_version_drops_a_leading_v_and_names_the_flag():
+    assert binaries.check_version("v1.37.2", "--kubernetes-version") == "1.37.2"
+    with pytest.raises(ConfigError, match=r"--etcd-version: vv3: not a version"):
+        binaries.check_version("vv3", "--etcd-version")
+
+
+def test_a_full_cache_during_install_is_an_error_not_a_traceback(cache, fake, monkeypatch):
+    import errno
+
+    def full(group, versions, target, reporter):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target / "kube-apiserver"))
+
+    monkeypatch.setattr(fake, "provide", full)
+    with pytest.raises(BinariesError) as caught:
+        binaries.ensure(reporter=Reporter(quiet=True))
+    assert "No space left on device" in caught.value.message
+    assert "kube-apiserver" in caught.value.message
+    assert "DRA_HARNESS_CACHE_DIR" in caught.value.hint
+
+
+def test_too_little_free_space_refuses_before_providing(cache, fake, monkeypatch):
+    monkeypatch.setattr(binaries.shutil, "disk_usage", lambda path: shutil_usage(free=10 << 20))
+    with pytest.raises(BinariesError, match="10 MiB free, kubernetes v1.37.2 needs about 1024 MiB"):
+        binaries.ensure(reporter=Reporter(quiet=True))
+    assert fake.calls == []  # nothing was built or downloaded
+
+
+def shutil_usage(free: int):
+    import shutil
+
+    return shutil._ntuple_diskusage(total=free * 2, used=free, free=free)
+
+
+def test_a_complete_read_only_cache_is_used_without_writing(cache, fake, monkeypatch):
+    import errno
+
+    first = binaries.ensure(reporter=Reporter(quiet=True))
+
+    def read_only(directory):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(directory / ".lock"))
+
+    monkeypatch.setattr(manifest, "locked", read_only)
+    fake.calls.clear()
+    assert binaries.ensure(reporter=Reporter(quiet=True)) == first
+    assert fake.calls == []
+    flip_byte(first.path("etcd"), 3)  # now something must be provided: the read-only cache is reported
+    with pytest.raises(BinariesError, match="Read-only file system"):
+        binaries.ensure(reporter=Reporter(quiet=True))

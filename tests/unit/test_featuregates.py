@@ -135,10 +135,34 @@ def test_unknown_gate_with_known_gates_suggests(matrix):
     assert "DRAWorkloadResourceClaim" in message and "did you mean" in message
 
 
-def test_unknown_gate_without_known_gates_is_accepted(matrix):
-    # The binaries are not there yet: names are checked again once they are.
-    settings = resolve(matrix, gate_overrides="DRAWorkloadResourceClaim=true", known_gates=None)
-    assert settings.gates["DRAWorkloadResourceClaim"] is True
+def test_unknown_gate_is_refused_before_the_binaries_exist(matrix):
+    # known_gates=None: nothing is built yet; the version's gate list decides (issue 16, item 7: a cold
+    # cache must not build for 11 minutes before an unknown gate is refused).
+    with pytest.raises(ConfigError) as info:
+        resolve(matrix, gate_overrides="DRAWorkloadResourceClaim=true", known_gates=None)
+    (problem,) = info.value.problems
+    assert (problem.source, problem.field) == ("--feature-gates", "DRAWorkloadResourceClaim")
+    assert "unknown feature gate in Kubernetes 1.37" in problem.problem
+    assert "DRAWorkloadResourceClaims" in problem.allowed
+
+
+def test_non_dra_gate_of_the_version_is_accepted_before_the_binaries_exist(matrix):
+    settings = resolve(matrix, gate_overrides="MemoryQoS=true,AllAlpha=false", known_gates=None)
+    assert settings.gates["MemoryQoS"] is True
+
+
+def test_gate_list_covers_the_matrix(matrix):
+    assert len(matrix.all_gates) > 200
+    named = set(matrix.gates) | {g for p in matrix.presets.values() for g in (p.get("featureGates") or {})}
+    assert named <= matrix.all_gates
+
+
+def test_version_without_gate_list_checks_names_only_against_binaries(matrix):
+    import dataclasses
+
+    bare = dataclasses.replace(matrix, all_gates=frozenset())
+    settings = resolve(bare, gate_overrides="SomethingNew=true", known_gates=None)
+    assert settings.gates["SomethingNew"] is True
 
 
 def test_gate_known_to_binary_but_not_matrix_is_accepted(matrix):
@@ -265,16 +289,22 @@ _GATE_LINE = re.compile(r"^\s+(?:kube:)?([A-Z][A-Za-z0-9]+)=true\|false \((ALPHA
                         re.M)
 
 
-@pytest.mark.skipif(not _APISERVERS, reason="no kube-apiserver in ~/.cache/dra-harness/binaries or $DRA_HARNESS_CACHE_DIR "
-                                            "(run `dra-harness binaries install` to enable this check)")
-@pytest.mark.parametrize("apiserver", _APISERVERS)
-def test_matrix_gates_match_real_apiserver(apiserver, matrix):
+def _apiserver_gates(apiserver: str, matrix) -> tuple[str, set[str]]:
+    """The binary's --help text and the gate names it lists (skips a binary of another version)."""
     version = re.search(r"kubernetes-v(\d+\.\d+)", apiserver)
     if version and version.group(1) != matrix.kubernetes_version:
         pytest.skip(f"{apiserver} is not Kubernetes {matrix.kubernetes_version}")
     help_text = subprocess.run([apiserver, "--help"], capture_output=True, text=True, timeout=30).stdout
     known = parse_known_gates(help_text)
     assert "AllAlpha" in known, "could not parse the gate list of kube-apiserver --help"
+    return help_text, known
+
+
+@pytest.mark.skipif(not _APISERVERS, reason="no kube-apiserver in ~/.cache/dra-harness/binaries or $DRA_HARNESS_CACHE_DIR "
+                                            "(run `dra-harness binaries install` to enable this check)")
+@pytest.mark.parametrize("apiserver", _APISERVERS)
+def test_matrix_gates_match_real_apiserver(apiserver, matrix):
+    help_text, known = _apiserver_gates(apiserver, matrix)
     # Kubernetes hides GA gates from --help, so only the alpha and beta ones can be checked by name.
     listed = {name: (stage.lower(), default == "true") for name, stage, default in _GATE_LINE.findall(help_text)}
     problems = []
@@ -286,3 +316,12 @@ def test_matrix_gates_match_real_apiserver(apiserver, matrix):
         elif listed[name] != (info.stage, info.default):
             problems.append(f"{name}: matrix says {info.stage}/default={info.default}, binary says {listed[name]}")
     assert problems == []
+
+
+@pytest.mark.skipif(not _APISERVERS, reason="no kube-apiserver in ~/.cache/dra-harness/binaries or $DRA_HARNESS_CACHE_DIR "
+                                            "(run `dra-harness binaries install` to enable this check)")
+@pytest.mark.parametrize("apiserver", _APISERVERS)
+def test_gate_list_holds_every_gate_of_the_real_apiserver(apiserver, matrix):
+    # The list refuses gates before any binary exists, so it must never miss one the binary accepts.
+    _, known = _apiserver_gates(apiserver, matrix)
+    assert sorted(known - matrix.all_gates) == []

@@ -400,8 +400,7 @@ def test_up_and_down_run_the_plan_against_the_tools(fake_tools, monkeypatch, sta
     backend = _backend(tools, waits)
     options = kind.KindUpOptions(name="t", nodes=2, definition=None)
     plan = backend.plan(options, tools)
-    monkeypatch.setattr("harness.session.existing_cluster",
-                        lambda path: type("Info", (), {"server": "https://127.0.0.1:6443"})())
+    monkeypatch.setattr(kind, "kubeconfig_endpoint", lambda path: ("kind-t", "https://127.0.0.1:6443"))
     info = backend.up(options)
 
     # The calls, in plan order. A pipe's producer and consumer start together, so within one step
@@ -447,6 +446,9 @@ def test_a_failed_up_deletes_the_cluster_and_its_state(fake_tools, monkeypatch, 
     assert "rendering the manifests (kustomize)" in str(err.value) and "fake failure of" in str(err.value)
     calls = _calls(work)
     assert ["kind", "delete", "cluster", "--name=t", f"--kubeconfig={state_dir / 'kind' / 't' / 'kubeconfig'}"] in calls
+    # and whatever node container kind did not delete (an interrupted create leaves some)
+    assert calls.index(["docker", "ps", "--all", "--quiet", "--filter=label=io.x-k8s.kind.cluster=t"]) > \
+        calls.index(["kind", "delete", "cluster", "--name=t", f"--kubeconfig={state_dir / 'kind' / 't' / 'kubeconfig'}"])
     assert not (state_dir / "kind" / "t").exists()
     assert (work / "clusters").read_text().split() == []
 
@@ -517,3 +519,37 @@ def test_strings_stay_strings_for_kinds_yaml_parser(tmp_path):
     assert 'name: "1e5"' in text and 'tier: "y"' in text and 'rack: "1e5"' in text
     assert yaml.safe_load(text)["nodes"][1]["labels"] == {"dra-harness.x-k8s.io/node-pool": "a", "rack": "1e5",
                                                           "tier": "y"}
+
+
+# --- the harness's own engine and the offline node image (harness.backends.kindhost) ------------
+
+
+def test_the_offline_node_image_brings_its_kubeadm_patches_and_no_default_cni():
+    from harness.backends.kindhost import nodeimage
+
+    tag = f"{nodeimage.IMAGE_REPOSITORY}:v1.37.2-0123456789ab"
+    assert kind.OFFLINE_IMAGE_REPOSITORY == nodeimage.IMAGE_REPOSITORY
+    config = _plan(node_image=tag).config
+    assert config["networking"] == {"disableDefaultCNI": True}
+    assert config["kubeadmConfigPatches"] == nodeimage.kind_config_patches()
+    assert {n["image"] for n in config["nodes"]} == {tag}
+    assert "kubeadmConfigPatches" not in _plan().config  # kind's own image needs none of it
+
+
+def test_an_own_older_engine_loads_images_without_platform_flags(monkeypatch):
+    outputs = {**GOOD, "docker info": (0, "20.10.24+dfsg1|linux|x86_64", "")}
+    calls = []
+
+    def fake_run_quiet(argv, timeout=60, env=None):
+        calls.append(env)
+        return _fake_run(outputs)(argv, timeout)
+
+    monkeypatch.setattr(kind, "run_quiet", fake_run_quiet)
+    tools = kind.preflight(which=_which("docker", "kind"), kubectl_finder=lambda: "/k",
+                           env={"DOCKER_HOST": "unix:///s/docker.sock"})
+    assert tools.save_platform is False and tools.env == {"DOCKER_HOST": "unix:///s/docker.sock"}
+    assert calls and all(env == {"DOCKER_HOST": "unix:///s/docker.sock"} for env in calls)
+    steps = [str(s) for s in _plan(tools=tools, definition=None, nodes=1).steps if "docker save" in str(s)]
+    assert steps and all("--platform" not in s for s in steps)
+    with pytest.raises(HarnessError, match="20.10.24 is too old"):  # the machine's own engine: still >= 28
+        kind.preflight(which=_which("docker", "kind"), run=_fake_run(outputs), kubectl_finder=lambda: "/k")

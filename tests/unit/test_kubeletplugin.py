@@ -230,9 +230,10 @@ def test_failures_write_nothing(preparer_for, tmp_path):
 def test_an_unwritable_checkpoint_fails_the_claim_and_leaves_no_spec(preparer_for, tmp_path):
     preparer = preparer_for(StubAPI(claim()))
     (tmp_path / "state").mkdir()
-    (tmp_path / "state" / "cp.json").mkdir()  # a directory where the file should go: rename fails for anyone
+    (tmp_path / "state" / "cp.json").mkdir()  # a directory where the file should go: unreadable, rename fails
     result = preparer.prepare([ref()])[UID]
-    assert "cannot record ResourceClaim ns/c in checkpoint" in result.error
+    assert "ResourceClaim ns/c" in result.error and f"checkpoint {tmp_path / 'state' / 'cp.json'}" in result.error
+    (tmp_path / "state" / "cp.json").rmdir()
     assert not preparer.spec_path(UID).exists() and preparer.checkpoint.claims() == {}
 
 
@@ -243,7 +244,7 @@ def test_checkpoint_round_trip_and_refusals(tmp_path):
     cp = Checkpoint(path, DRIVER, NODE).load()
     cp.put("u1", {"specFile": "/x", "spec": {}, "devices": []})
     assert Checkpoint(path, DRIVER, NODE).load().claims() == {"u1": {"specFile": "/x", "spec": {}, "devices": []}}
-    assert [p.name for p in tmp_path.iterdir()] == ["cp.json"]  # no temporary files left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cp.json", "cp.json.lock"]  # no temporary files left
     with pytest.raises(CheckpointError, match="belongs to driver"):
         Checkpoint(path, "other.example.com", NODE).load()
     data = json.loads(path.read_text())
@@ -390,5 +391,51 @@ def test_opaque_configs_of_this_driver_reach_the_environment(preparer_for):
     preparer = preparer_for(StubAPI(obj))
     assert preparer.prepare([ref()])[UID].error == ""
     env = json.loads(preparer.spec_path(UID).read_text())["devices"][0]["containerEdits"]["env"]
-    assert [e for e in env if "_CONFIG_" in e] == ['DRA_GPU_0_0F1E2D3C_CONFIG_0={"mode":"shared"}',
-                                                   'DRA_GPU_0_0F1E2D3C_CONFIG_1={"z":[3]}']
+    assert [e for e in env if "_CONFIG" in e] == ['DRA_GPU_0_0F1E2D3C_CONFIG_0={"mode":"shared"}',
+                                                  'DRA_GPU_0_0F1E2D3C_CONFIG_0_SOURCE=FromClass',
+                                                  'DRA_GPU_0_0F1E2D3C_CONFIG_1={"z":[3]}',
+                                                  'DRA_GPU_0_0F1E2D3C_CONFIG_1_SOURCE=FromClaim',
+                                                  'DRA_GPU_0_0F1E2D3C_CONFIG={"mode":"shared","z":[3]}']
+
+
+def test_claim_config_overrides_class_config_whatever_the_order(preparer_for):
+    obj = claim()
+    obj["status"]["allocation"]["devices"]["config"] = [
+        {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"mode": "exclusive", "claim": "yes"}}},
+        {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"mode": "shared", "class": "yes"}}},
+        {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": ["not", "an", "object"]}}]
+    preparer = preparer_for(StubAPI(obj))
+    assert preparer.prepare([ref()])[UID].error == ""
+    env = dict(e.split("=", 1) for e in json.loads(preparer.spec_path(UID).read_text())["devices"][0]
+               ["containerEdits"]["env"])
+    prefix = "DRA_GPU_0_0F1E2D3C_CONFIG"
+    assert [env[f"{prefix}_{i}_SOURCE"] for i in range(3)] == ["FromClass", "FromClaim", "FromClaim"]
+    assert env[f"{prefix}_2"] == '["not","an","object"]'  # shown, but not merged
+    assert json.loads(env[prefix]) == {"mode": "exclusive", "class": "yes", "claim": "yes"}
+
+
+def test_checkpoint_shared_by_two_instances_keeps_both_changes(tmp_path):
+    """A rolling update runs two plugin instances on one checkpoint: each sees the other's changes
+    and neither overwrites the other's entry."""
+    path = tmp_path / "cp.json"
+    old, new = Checkpoint(path, DRIVER, NODE).load(), Checkpoint(path, DRIVER, NODE).load()
+    old.put("u1", {"specFile": "/1", "spec": {}, "devices": []})
+    assert new.get("u1") == {"specFile": "/1", "spec": {}, "devices": []}  # prepared by the old one
+    new.put("u2", {"specFile": "/2", "spec": {}, "devices": []})
+    old.put("u3", {"specFile": "/3", "spec": {}, "devices": []})  # the old one has not read u2 yet
+    assert set(Checkpoint(path, DRIVER, NODE).load().claims()) == {"u1", "u2", "u3"}
+    assert new.delete("u1") and old.get("u1") is None  # unprepared through the new one
+    assert set(old.claims()) == set(new.claims()) == {"u2", "u3"}
+
+
+def test_rolling_update_instances_get_their_own_socket_names(tmp_path):
+    """Two instances of one driver registered at once need distinct endpoints: the kubelet refuses a
+    second registration of the same one (dra_plugin_manager.go `add`)."""
+    first = PluginConfig(driver=DRIVER, node=NODE, plugins_dir=tmp_path / "p", registry_dir=tmp_path / "r").validate()
+    second = PluginConfig(driver=DRIVER, node=NODE, plugins_dir=tmp_path / "p", registry_dir=tmp_path / "r",
+                          rolling_update_id="v2").validate()
+    assert first.registration_socket.name == f"{DRIVER}-reg.sock" and first.dra_socket.name == "dra.sock"
+    assert second.registration_socket.name == f"{DRIVER}-v2-reg.sock" and second.dra_socket.name == "dra-v2.sock"
+    assert first.plugin_dir == second.plugin_dir and first.state_path == second.state_path  # shared state
+    with pytest.raises(InvalidInput, match="--rolling-update-id"):
+        PluginConfig(driver=DRIVER, node=NODE, rolling_update_id="Not/An/Id").validate()

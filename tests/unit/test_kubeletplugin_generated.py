@@ -22,6 +22,7 @@ UPSTREAM = {  # our file -> the upstream file in the kubelet module
     "dra_v1beta1.proto": "pkg/apis/dra/v1beta1/api.proto",
     "dra_health_v1alpha1.proto": "pkg/apis/dra-health/v1alpha1/api.proto",
     "dra_health_v1.proto": "pkg/apis/dra-health/v1/api.proto",
+    "deviceplugin_v1beta1.proto": "pkg/apis/deviceplugin/v1beta1/api.proto",  # fake_devices/deviceplugin
 }
 
 

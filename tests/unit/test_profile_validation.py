@@ -53,10 +53,14 @@ TABLE: dict[str, tuple[str, str]] = {
     # --- quantities ---
     "profile-quantity-with-space": ("spec.storage[0].capacity", "'80 GB' is not a valid quantity"),
     "profile-quantity-zero": ("spec.nics[0].bandwidth", "'0' must be greater than zero"),
-    "profile-quantity-negative": ("spec.gpus[0].memory", "'-16Gi' is not a valid quantity"),
+    "profile-quantity-negative": ("spec.gpus[0].memory", "'-16Gi' must be greater than zero"),
     "profile-sharing-default-over-capacity": ("spec.storage[0].sharing.default",
                                               "2Ti is more than the device capacity 1Ti"),
     "profile-sharing-default-below-min": ("spec.storage[0].sharing.default", "5Gi is below min 10Gi"),
+    "profile-ioshare-without-sharing": ("spec.storage[0].ioShare", "needs `sharing`"),
+    "profile-ioshare-default-off-step": ("spec.storage[0].ioShare.step", "default and max must be min + a multiple of 50m"),
+    "profile-ioshare-not-milli": ("spec.storage[0].ioShare.step", "0.0005 is not a whole number of milli-units"),
+    "profile-ioshare-over-whole": ("spec.storage[0].ioShare.max", "1.5 is more than the whole device (1)"),
     # --- attributes ---
     "profile-too-many-attributes": ("spec.nics[0].attributes", "device nic-0 would have 33 attributes and capacities"),
     "profile-attribute-name-with-space": ("spec.gpus[0].attributes.bad name!", "'bad name!' is not a qualified name"),
@@ -88,7 +92,7 @@ TABLE: dict[str, tuple[str, str]] = {
     "cluster-pool-name-invalid": ("spec.nodePools[0].name", "'CPU_Pool' is not valid"),
     "cluster-wrong-kind": ("kind", "expected Cluster, not 'Clusters'"),
     "cluster-no-pools": ("spec.nodePools", "is required"),
-    "cluster-yaml-syntax-error": ("(file)", "not valid YAML"),
+    "cluster-yaml-syntax-error": ("line 8", "flow mapping at line 7"),
 }
 
 
@@ -143,7 +147,7 @@ def test_yaml_syntax_error_names_a_line():
     (problem,) = _problems(INVALID / "profile-yaml-syntax-error.yaml")
     assert problem.field.startswith("line ") and int(problem.field.split()[1]) in (7, 8)
     (problem,) = _problems(INVALID / "cluster-yaml-syntax-error.yaml")
-    assert "line 7" in problem.problem
+    assert problem.field == "line 8" and "at line 7" in problem.problem  # where it was found, where it began
 
 
 # --- boundaries: the limits above are exact, not approximate ----------------------------------
@@ -206,7 +210,7 @@ def test_cli_validate_reports_every_bad_file():
     bad = [INVALID / f"{stem}.yaml" for stem in ("profile-mig-overlap", "profile-quantity-with-space",
                                                  "cluster-duplicate-pool", "profile-yaml-syntax-error")]
     result = _validate(*map(str, bad))
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr  # bad input
     assert "error:" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     for path in bad:

@@ -19,8 +19,19 @@ import pytest
 import yaml
 
 from harness import paths
-from harness.backends.local.realnode import (cgroups, containerd, host, images, kubelet, layout, network, node,
-                                             plugins, preflight, teardown)
+from harness.backends.local.realnode import (
+    cgroups,
+    containerd,
+    host,
+    images,
+    kubelet,
+    layout,
+    network,
+    node,
+    plugins,
+    preflight,
+    teardown,
+)
 from harness.backends.local.realnode.layout import NodeDirs, RealNodeRecord
 from harness.binaries import noderuntime
 from harness.binaries.noderuntime import NodeRuntime
@@ -308,95 +319,7 @@ def test_restore_reports_a_runtime_dir_that_is_not_empty(tmp_path, monkeypatch):
     assert host.restore({}) == [f"{inner} is not empty", f"{outer} is not empty"]
 
 
-# --- host: acquire / release ----------------------------------------------------------------------
-
-
-@pytest.fixture
-def machine(tmp_path, monkeypatch):
-    """host's record under tmp_path; snapshot() counts, restore() records what it is given."""
-    monkeypatch.setenv(paths.STATE_ENV, str(tmp_path / "state"))
-    state = SimpleNamespace(snapshots=0, restored=[])
-
-    def snapshot():
-        state.snapshots += 1
-        return {"sysctls": {"kernel.panic": str(state.snapshots)}}
-
-    def restore(baseline):
-        state.restored.append(baseline)
-        return []
-
-    monkeypatch.setattr(host, "snapshot", snapshot)
-    monkeypatch.setattr(host, "restore", restore)
-    state.record = lambda: json.loads((tmp_path / "state" / "real-node-host.json").read_text())
-    state.record_file = tmp_path / "state" / "real-node-host.json"
-    return state
-
-
-def _cluster_dirs(*names: str) -> None:
-    for name in names:
-        (paths.clusters_dir() / name).mkdir(parents=True)
-
-
-def test_first_user_records_the_baseline_last_restores_it(machine):
-    _cluster_dirs("a", "b")
-    first = host.acquire("a")
-    assert first == {"sysctls": {"kernel.panic": "1"}}
-    assert host.acquire("b") == first  # the machine already carries a's changes: keep the first baseline
-    assert machine.snapshots == 1
-    assert machine.record() == {"baseline": first, "users": ["a", "b"]}
-    assert host._load().get("baseline", {}) == first
-
-    assert host.release("a") == []
-    assert machine.restored == []
-    assert machine.record() == {"baseline": first, "users": ["b"]}
-
-    assert host.release("b") == []
-    assert machine.restored == [first]
-    assert not machine.record_file.exists()
-    assert host._load().get("baseline", {}) == {}
-
-
-def test_acquire_twice_by_one_cluster_is_one_user(machine):
-    _cluster_dirs("a")
-    host.acquire("a")
-    host.acquire("a")
-    assert machine.record()["users"] == ["a"]
-    host.release("a")
-    assert len(machine.restored) == 1
-
-
-def test_a_user_whose_cluster_is_gone_does_not_count(machine):
-    """A killed run left its name behind: the remaining cluster is the last user and restores."""
-    _cluster_dirs("a", "ghost")
-    baseline = host.acquire("ghost")
-    host.acquire("a")
-    (paths.clusters_dir() / "ghost").rmdir()
-    assert host.release("a") == []
-    assert machine.restored == [baseline]
-
-
-def test_baseline_left_by_killed_users_is_kept(machine):
-    """The machine still carries the dead users' changes: a new snapshot would record them as the truth."""
-    _cluster_dirs("b")
-    old = {"sysctls": {"kernel.panic": "0"}}
-    machine.record_file.parent.mkdir(parents=True, exist_ok=True)
-    machine.record_file.write_text(json.dumps({"baseline": old, "users": ["ghost"]}))
-    assert host.acquire("b") == old
-    assert machine.snapshots == 0
-    assert machine.record() == {"baseline": old, "users": ["b"]}
-
-
-def test_release_without_a_record_restores_nothing(machine):
-    assert host.release("a") == []
-    assert machine.restored == []
-
-
-def test_release_returns_what_restore_could_not_do(machine, monkeypatch):
-    _cluster_dirs("a")
-    host.acquire("a")
-    monkeypatch.setattr(host, "restore", lambda baseline: ["sysctl kernel.panic=1: Permission denied"])
-    assert host.release("a") == ["sysctl kernel.panic=1: Permission denied"]
-    assert not machine.record_file.exists()
+# --- host: acquire / release: tests/unit/test_host_settings.py --------------------------------------
 
 
 # --- cgroups --------------------------------------------------------------------------------------
@@ -821,7 +744,7 @@ def test_unmount_all_reports_what_stays(monkeypatch):
 
 def test_teardown_all_without_real_nodes_touches_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(teardown.host, "release", lambda name: pytest.fail("released with no real node"))
-    assert teardown.teardown_all(tmp_path, "c", {"name": "c"}) == []
+    assert teardown.teardown_all(tmp_path, {"name": "c"}) == []
 
 
 # --- noderuntime ----------------------------------------------------------------------------------
@@ -917,6 +840,7 @@ def capable_machine(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(preflight.noderuntime, "host_tools_missing", lambda: [])
     monkeypatch.setattr(preflight.host, "sysctl_path", lambda name: sysctls / name)
+    monkeypatch.setattr(preflight.inotify, "shortfalls", lambda nodes, **kwargs: [])
     monkeypatch.setenv(layout.NODE_ROOT_ENV, str(tmp_path / "nodes"))
     return tmp_path
 
@@ -960,3 +884,28 @@ def test_preflight_read_only_sysctl(capable_machine, monkeypatch):
     monkeypatch.setattr(preflight.os, "access", lambda path, mode: Path(path).name != "kernel.panic")
     assert preflight.problems() == [f"{capable_machine / 'sysctl' / 'kernel.panic'} is read-only here: "
                                     "the kubelet must be able to set kernel.panic"]
+
+
+def test_kubelet_restart_waits_for_the_nodes_other_users_and_needs_the_recorded_command_line(tmp_path):
+    """A kubelet restart takes the node exclusively (another test's pods must not see it) and
+    restarts exactly what was recorded; without a record it refuses before stopping anything."""
+    (tmp_path / "node").mkdir()
+    record = _record(tmp_path / "node")
+    user = plugins.NodePlugins(tmp_path / "cluster", record, tmp_path / "kubeconfig")
+    restarter = plugins.NodePlugins(tmp_path / "cluster", record, tmp_path / "kubeconfig")
+    user._hold_node()  # what run() does: another test runs plugins on the node
+    with pytest.raises(HarnessError, match="waited 0s for the other tests using real-node-0 to finish"):
+        restarter.restart_kubelet(wait_for_others=0.3)
+    user.close()
+    with pytest.raises(HarnessError, match="cannot restart the kubelet of real-node-0: no usable record"):
+        restarter.restart_kubelet(wait_for_others=0.3)
+    restarter.close()
+
+
+def test_plugin_argv_and_process_name_of_a_second_instance(tmp_path):
+    record = _record(tmp_path)
+    args = plugins.argv(record, "gpu.x.example.com", tmp_path / "kc", "fd0", "ns", rolling_update_id="v2")
+    assert "--rolling-update-id=v2" in args
+    assert "--rolling-update-id=v2" not in plugins.argv(record, "gpu.x.example.com", tmp_path / "kc", "fd0", "ns")
+    assert plugins.process_name(record, "gpu.x.example.com", "v2") == "kubelet-plugin-real-node-0-gpu.x.example.com-v2"
+    assert plugins.process_name(record, "gpu.x.example.com") == record.plugin_process("gpu.x.example.com")

@@ -62,7 +62,7 @@ def _gates(layout: ClusterLayout) -> list[str]:
 def _secure_serving(layout: ClusterLayout, port_name: str, client: str) -> list[str]:
     """Flags that make a component serve HTTPS on loopback and accept the cluster's client certs."""
     kubeconfig = str(layout.kubeconfig(client))
-    return [f"--bind-address=127.0.0.1", f"--secure-port={layout.ports[port_name]}",
+    return ["--bind-address=127.0.0.1", f"--secure-port={layout.ports[port_name]}",
             f"--tls-cert-file={layout.pki.serving_cert}", f"--tls-private-key-file={layout.pki.serving_key}",
             f"--client-ca-file={layout.pki.ca_cert}",
             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}"]
@@ -91,6 +91,9 @@ def kube_apiserver(layout: ClusterLayout) -> Component:
             f"--service-account-signing-key-file={p.service_account_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            # As kubeadm (and so kind) clusters do: a node may write only its own objects, ResourceSlices
+            # included (conformance/test_slice_permissions.py). Not among the API server's defaults.
+            "--enable-admission-plugins=NodeRestriction",
             # Real nodes (see realnode/): reach their kubelet at its InternalIP, never by a DNS lookup.
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-client-certificate={p.client_cert('kube-apiserver-kubelet-client')}",

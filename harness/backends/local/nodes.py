@@ -15,11 +15,11 @@ from kubernetes.client.rest import ApiException
 
 from harness.backends.local.components import KWOK_NODE_ANNOTATION
 from harness.errors import HarnessError
+from harness.k8s.nodes import is_ready
 from harness.progress import Reporter
 
 POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
 MANAGED_LABEL = "dra-harness.x-k8s.io/managed"
-NOT_READY_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 
 
 @dataclass(frozen=True)
@@ -102,18 +102,16 @@ def create(core: kubernetes.client.CoreV1Api, specs: list[NodeSpec], reporter: R
                 raise HarnessError(f"creating node {spec.name} failed: {err.status} {err.reason}: "
                                    f"{(err.body or '')[:300]}") from None
 
-    with reporter.counter("creating KWOK nodes", len(specs)) as counter, \
-            concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        for future in concurrent.futures.as_completed([pool.submit(one, s) for s in specs]):
-            future.result()
-            counter.advance()
-
-
-def is_ready(node) -> bool:
-    conditions = (node.status.conditions or []) if node.status else []
-    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
-    taints = (node.spec.taints or []) if node.spec else []
-    return ready and not any(t.key in NOT_READY_TAINTS for t in taints)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+    try:
+        with reporter.counter("creating KWOK nodes", len(specs)) as counter:
+            for future in concurrent.futures.as_completed([pool.submit(one, s) for s in specs]):
+                future.result()
+                counter.advance()
+    finally:
+        # On an error, Ctrl-C or SIGTERM, drop the nodes not yet begun: leaving the `with` block of
+        # an executor would wait for all of them (a minute or more for thousands) before clean-up.
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def wait_ready(core: kubernetes.client.CoreV1Api, names: set[str], reporter: Reporter, timeout: float,

@@ -122,8 +122,9 @@ def create(directory: Path, cluster_name: str) -> Pki:
 
     # One serving cert for every component: they all listen on loopback only.
     serving_key = _key()
-    names = [x509.DNSName(n) for n in ("localhost", "kubernetes", "kubernetes.default",
-                                       "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")]
+    names: list[x509.GeneralName] = [
+        x509.DNSName(n) for n in ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                                  "kubernetes.default.svc.cluster.local")]
     names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "::1", "10.96.0.1")]
     serving = (_builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dra-harness-serving")]), ca_name,
                         serving_key.public_key())

@@ -3,21 +3,32 @@
 Each component runs in its own session (so a Ctrl-C in the terminal that ran `cluster up` does not
 reach it) with its output in `logs/<name>.log`. Its pid and start time go to `pids/<name>.json`: the
 start time guards against killing an unrelated process that reused the pid. Stopping also sweeps
-for any process whose command line mentions the cluster's directory, which catches what a killed
-`up` started but never recorded.
+for any process started the way `start` does it (its own session, working in the cluster's
+directory) whose command line names that directory as a whole path: this catches what a killed `up`
+started but never recorded. Never a substring: cluster `rel-g` must not claim the processes of
+`rel-gx`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from harness.files import tail  # noqa: F401  (process.tail: the log of a component, for callers here)
+
+# What may stand before or after a path inside one command-line argument (`--flag=/a,/b`, `unix:/a`).
+_BEFORE = r"(?:^|(?<=[=,:;\s\"']))"
+_AFTER = r"(?=$|[/,:;\s\"'])"
+GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,23 @@ def recorded(cluster_dir: Path) -> dict[str, Running]:
     return result
 
 
+def identity(pid: int | None = None) -> dict:
+    """What tells a process apart from a later one with the same pid, for state files."""
+    proc = psutil.Process(pid)
+    return {"pid": proc.pid, "createTime": proc.create_time()}
+
+
+def identity_fields(data: dict) -> dict:
+    """`identity()` read back as Running's fields (a malformed entry names no process)."""
+    try:
+        return {"pid": int(data["pid"]), "create_time": float(data["createTime"]), "log": Path()}
+    except (KeyError, TypeError, ValueError):
+        return {"pid": 0, "create_time": 0.0, "log": Path()}
+
+
 def alive(running: Running) -> bool:
+    if running.pid <= 0:
+        return False
     try:
         proc = psutil.Process(running.pid)
         return abs(proc.create_time() - running.create_time) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
@@ -73,16 +100,35 @@ def exit_code(running: Running) -> int | None:
     return running.popen.poll() if running.popen is not None else None
 
 
+def mentions(arg: str, directory: Path) -> bool:
+    """Whether a command-line argument names `directory` or a path below it: the directory must be a
+    whole path (not `/x/clusters/rel-gx` for `/x/clusters/rel-g`, not `/other/x/clusters/rel-g`)."""
+    return re.search(_BEFORE + re.escape(os.path.abspath(directory)) + _AFTER, arg) is not None
+
+
+def _started_like_a_component(proc: psutil.Process, cluster_dir: Path) -> bool:
+    """Started by `start` for this cluster: a session leader working in the cluster directory. A
+    user's `tail -f <cluster>/logs/...` or `kubectl --kubeconfig <cluster>/kubeconfig` is neither."""
+    directory = os.path.abspath(cluster_dir)
+    try:
+        return os.getsid(proc.pid) == proc.pid and proc.cwd() in (directory, f"{directory} (deleted)")
+    except (OSError, psutil.Error):
+        return False
+
+
 def processes_of(cluster_dir: Path) -> list[psutil.Process]:
-    """Every live process started for this cluster: recorded ones plus any that mention its directory."""
+    """Every live process started for this cluster: the recorded ones (pid and start time), any
+    started like a component that names its directory in an argument, and all their children."""
     found: dict[int, psutil.Process] = {}
     for running in recorded(cluster_dir).values():
         if alive(running):
             found[running.pid] = psutil.Process(running.pid)
-    marker = str(cluster_dir)
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if proc.pid != os.getpid() and any(marker in arg for arg in proc.info["cmdline"] or []):
+            if proc.pid == os.getpid() or proc.pid in found:
+                continue
+            if any(mentions(arg, cluster_dir) for arg in proc.info["cmdline"] or []) \
+                    and _started_like_a_component(proc, cluster_dir):
                 found[proc.pid] = proc
         except psutil.Error:
             continue
@@ -96,7 +142,18 @@ def processes_of(cluster_dir: Path) -> list[psutil.Process]:
     return list(found.values())
 
 
-def stop_all(cluster_dir: Path, order: list[list[str]] = (), grace_seconds: float = 5.0) -> list[str]:
+def describe(procs: list[psutil.Process], limit: int = 5) -> str:
+    """`pid N (name), ...` for a message, at most `limit` of them."""
+    parts = []
+    for proc in procs[:limit]:
+        try:
+            parts.append(f"pid {proc.pid} ({proc.name()})")
+        except psutil.Error:
+            parts.append(f"pid {proc.pid}")
+    return ", ".join(parts) + (f" and {len(procs) - limit} more" if len(procs) > limit else "")
+
+
+def stop_all(cluster_dir: Path, order: Sequence[list[str]] = (), grace_seconds: float = GRACE_SECONDS) -> list[str]:
     """Stop everything of the cluster: the named components group by group in `order` (clients
     before the apiserver, the apiserver before etcd, so none spends its grace period retrying a
     server that is already gone), then whatever else is left. SIGTERM first, SIGKILL after the grace
@@ -114,17 +171,40 @@ def stop_all(cluster_dir: Path, order: list[list[str]] = (), grace_seconds: floa
                     procs.append(psutil.Process(running.pid))
         stuck = terminate(procs, grace_seconds)
         if stuck:
-            return [f"pid {p.pid}" for p in stuck]
+            return [f"{describe([p])} survived SIGKILL" for p in stuck]
     for path in (cluster_dir / "pids").glob("*.json"):
         path.unlink(missing_ok=True)
     return []
 
 
-def _gone(proc: psutil.Process) -> bool:
+def _task_states(pid: int) -> list[str]:
+    """The state letter of every thread of `pid` (empty when it is gone)."""
+    states = []
     try:
-        return proc.status() == psutil.STATUS_ZOMBIE
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as handle:
+                states.append(handle.read().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):
+            continue  # this thread just went
+    return states
+
+
+def _gone(proc: psutil.Process) -> bool:
+    """Gone for good: no such process, or a zombie all of whose threads have exited too. The main
+    thread of a multi-threaded process (every Go binary) turns zombie first while the other threads
+    are still exiting, and those still hold its open files: its listening sockets close only when
+    the last thread is through. Judging by the main thread alone made `cluster down` see a port
+    "still listening" right after a component was stopped."""
+    try:
+        if proc.status() != psutil.STATUS_ZOMBIE:
+            return False
     except psutil.Error:
         return True
+    return all(state in "ZXx" for state in _task_states(proc.pid))
 
 
 def terminate(procs: list[psutil.Process], grace_seconds: float) -> list[psutil.Process]:
@@ -146,14 +226,3 @@ def terminate(procs: list[psutil.Process], grace_seconds: float) -> list[psutil.
                 return []
             time.sleep(0.05)
     return procs
-
-
-def tail(path: Path, lines: int = 20) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 64 * 1024))
-            return "\n".join(handle.read().decode(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

@@ -6,7 +6,6 @@ started it is gone (crash, Ctrl-C, another terminal): backend, ports, binaries, 
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -15,17 +14,11 @@ from pathlib import Path
 import yaml
 
 from harness import paths
-from harness.errors import ClusterNotFound, ConfigError, Problem
+from harness.backends.common import validate_name  # noqa: F401  (state.validate_name for local callers)
+from harness.errors import ClusterNotFound
+from harness.files import write_atomic
 
 STATE_FILE = "state.yaml"
-NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
-
-
-def validate_name(name: str) -> str:
-    if not NAME_PATTERN.match(name or ""):
-        raise ConfigError([Problem("--name", name or "''", "not a valid cluster name",
-                                   "1-40 lowercase letters, digits and '-', starting and ending alphanumeric")])
-    return name
 
 
 def cluster_dir(name: str) -> Path:
@@ -50,9 +43,7 @@ class ClusterState:
         return dict(self.data.get("ports", {}))
 
     def save(self) -> None:
-        tmp = self.directory / (STATE_FILE + ".tmp")
-        tmp.write_text(yaml.safe_dump(self.data, sort_keys=False))
-        tmp.replace(self.directory / STATE_FILE)
+        write_atomic(self.directory / STATE_FILE, yaml.safe_dump(self.data, sort_keys=False))
 
 
 def create(name: str, data: dict) -> ClusterState:
@@ -82,11 +73,14 @@ def all_names() -> list[str]:
 
 
 def find_by_kubeconfig(kubeconfig: Path | str) -> ClusterState | None:
-    """The local cluster whose admin kubeconfig this is (a suite run with `--dra-backend existing`
-    against a local cluster still finds its real nodes), or None."""
+    """The local cluster whose admin kubeconfig this is, or None: the vendor's kubelet plugin and the
+    migration rehearsal start host processes on its real node, which only this machine's record names."""
     wanted = Path(kubeconfig).expanduser().resolve()
     for name in all_names():
-        candidate = load(name)
+        try:
+            candidate = load(name)
+        except Exception:  # a half-written state of another cluster is not this one
+            continue
         if candidate.kubeconfig.resolve() == wanted:
             return candidate
     return None

@@ -71,7 +71,7 @@ def existing(node_id: str) -> list[Path]:
 
 
 def _pids(directory: Path) -> set[int]:
-    pids = set()
+    pids: set[int] = set()
     for path in directory.rglob("cgroup.procs"):
         try:
             pids.update(int(p) for p in path.read_text().split())

@@ -2,39 +2,54 @@
 after the last one stops.
 
 The kubelet sets kernel parameters for itself (vm.overcommit_memory=1, kernel.panic=10,
-kernel.panic_on_oops=1, ...), the CNI bridge plugin turns on IP forwarding, and where `iptables`
-exists the kubelet adds its KUBE-* chains. None of that is per cluster, so several clusters with
-real nodes share one record: `users` lists them, the first one records the baseline, the last one
-to go restores it. A user whose cluster directory is gone (a killed run) no longer counts.
+kernel.panic_on_oops=1, ...), the CNI bridge plugin turns on IP forwarding, where `iptables` exists
+the kubelet adds its KUBE-* chains, and we raise the inotify limits when the nodes would not fit
+(inotify.py). None of that is per cluster or per user, so there is ONE record per machine,
+`/var/lib/dra-harness/host-settings.json` (not under a state directory, which differs between
+users, CI jobs and test runs; not under DRA_HARNESS_NODE_ROOT, which may differ too), changed only
+under its file lock. It lists its owners, the clusters with real nodes (by absolute cluster
+directory, plus the process that registered it); the first owner records the baseline, the last one
+to leave restores it. An owner whose registering process is gone and whose cluster has no live
+recorded process (a killed run) no longer counts.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
-from harness import paths
+from harness.backends.local import process
+from harness.backends.local.realnode import inotify
+from harness.backends.local.realnode.layout import DEFAULT_NODE_ROOT
+from harness.files import write_atomic
 from harness.locking import file_lock
 
 # Every sysctl the kubelet (container_manager_linux.go) or the CNI bridge plugin may write.
 SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
            "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes", "net.ipv4.ip_forward",
-           "net.ipv6.conf.all.forwarding", "net.ipv6.conf.default.forwarding")
+           "net.ipv6.conf.all.forwarding", "net.ipv6.conf.default.forwarding",
+           # ours: raised when the real nodes would not fit (see inotify.py)
+           inotify.INSTANCES, inotify.WATCHES)
 IPTABLES = ("iptables", "ip6tables")
 TABLES = ("filter", "nat", "mangle", "raw")
 # Directories under /run that containerd's shims create whatever their configuration says.
 RUNTIME_DIRS = (Path("/run/containerd/s"), Path("/run/containerd"))
 
 
+# The machine's record, beside the default node root; fixed on purpose (see the module docstring).
+RECORD_DIR = Path(DEFAULT_NODE_ROOT)
+
+
 def _record_file() -> Path:
-    return paths.state_root() / "real-node-host.json"
+    return RECORD_DIR / "host-settings.json"
 
 
 def _lock_file() -> Path:
-    return paths.state_root() / "real-node-host.lock"
+    return RECORD_DIR / "host-settings.lock"
 
 
 def sysctl_path(name: str) -> Path:
@@ -129,41 +144,58 @@ def _load() -> dict:
 
 
 def _save(record: dict) -> None:
-    path = _record_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
-    tmp.replace(path)
+    write_atomic(_record_file(), json.dumps(record, indent=1, sort_keys=True))
 
 
-def _live_users(record: dict) -> list[str]:
-    return [name for name in record.get("users", []) if (paths.clusters_dir() / name).is_dir()]
+def _owner(cluster_dir: Path) -> dict:
+    return {"cluster": os.path.abspath(cluster_dir), **process.identity()}
 
 
-def acquire(cluster: str) -> dict:
-    """Register `cluster` as a user; the first user records the baseline. Returns the baseline."""
-    _lock_file().parent.mkdir(parents=True, exist_ok=True)
+def owner_alive(owner: dict) -> bool:
+    """Its registering process (a `cluster up` still starting) or a recorded process of its cluster lives."""
+    if process.alive(process.Running("registrar", **process.identity_fields(owner))):
+        return True
+    directory = Path(owner.get("cluster", ""))
+    return directory.is_dir() and any(process.alive(r) for r in process.recorded(directory).values())
+
+
+def owners() -> list[str]:
+    """The cluster directories that hold the machine settings now (live owners only)."""
+    return [o["cluster"] for o in _load().get("owners", []) if owner_alive(o)]
+
+
+def acquire(cluster_dir: Path, nodes: int = 1) -> list[str]:
+    """Register the cluster as an owner (the first records the baseline) and make room for `nodes`
+    real nodes in the inotify limits. Returns what was raised, as `name: old -> new`."""
+    RECORD_DIR.mkdir(parents=True, exist_ok=True)
     with file_lock(_lock_file()):
         record = _load()
-        users = _live_users(record)
-        # A baseline left by users that were killed before restoring it is still the truth: keep it.
+        mine = os.path.abspath(cluster_dir)
+        others = [o for o in record.get("owners", []) if o.get("cluster") != mine and owner_alive(o)]
+        # A baseline left by owners that were killed before restoring it is still the truth: keep it.
         if not record.get("baseline"):
             record["baseline"] = snapshot()
-        record["users"] = sorted(set(users) | {cluster})
-        _save(record)
-        return record["baseline"]
+        record["owners"] = [*others, _owner(cluster_dir)]
+        _save(record)  # before changing anything, so the change is always undone
+        raised = []
+        for short in inotify.shortfalls(nodes):
+            failed = write_sysctls({short.sysctl: str(short.raise_to)})
+            raised += failed or [f"{short.sysctl}: {short.limit} -> {short.raise_to}"]
+        return raised
 
 
-def release(cluster: str) -> list[str]:
-    """Unregister `cluster`; the last user restores the baseline. Returns what could not be restored."""
-    _lock_file().parent.mkdir(parents=True, exist_ok=True)
+def release(cluster_dir: Path) -> list[str]:
+    """Unregister the cluster; the last owner restores the baseline. Returns what could not be
+    restored. Repeatable: releasing a cluster that is no owner changes nothing while others live."""
+    RECORD_DIR.mkdir(parents=True, exist_ok=True)
     with file_lock(_lock_file()):
         record = _load()
         if not record:
             return []
-        users = [u for u in _live_users(record) if u != cluster]
-        if users:
-            record["users"] = users
+        mine = os.path.abspath(cluster_dir)
+        others = [o for o in record.get("owners", []) if o.get("cluster") != mine and owner_alive(o)]
+        if others:
+            record["owners"] = others
             _save(record)
             return []
         problems = restore(record.get("baseline", {}))

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.k8s.nodes import IMAGE_RECIPE, IMAGE_REGISTRY, PAUSE_IMAGE, SHELL_IMAGE  # noqa: F401
 
-REGISTRY = "dra-harness.local"
-RECIPE = "1"  # bump when an image's content or recipe changes
-PAUSE_IMAGE = f"{REGISTRY}/pause:{RECIPE}"
-SHELL_IMAGE = f"{REGISTRY}/shell:{RECIPE}"
+# the names live where the suite may read them too (harness.k8s.nodes)
+REGISTRY, RECIPE = IMAGE_REGISTRY, IMAGE_RECIPE
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"

@@ -14,10 +14,12 @@ from __future__ import annotations
 import yaml
 
 from harness.backends.local.realnode.layout import RealNodeRecord
+from harness.k8s.nodes import KUBELET_LABEL as NODE_KUBELET_LABEL
+from harness.k8s.nodes import REAL_NODE_TAINT_KEY
 
-# Pods land on a real node only when they ask to (the KWOK nodes stay the default target).
-TAINT_KEY = "dra-harness.x-k8s.io/real-node"
-KUBELET_LABEL = "dra-harness.x-k8s.io/kubelet"
+# Pods land on a real node only when they ask to (the KWOK nodes stay the default target); the
+# suite reads the same names from harness.k8s.nodes.
+TAINT_KEY, KUBELET_LABEL = REAL_NODE_TAINT_KEY, NODE_KUBELET_LABEL
 
 
 def config(node: RealNodeRecord, ca_file: str) -> dict:

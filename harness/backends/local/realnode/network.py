@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 
-SUBNET_POOL = ipaddress.ip_network("10.200.0.0/14")  # 1024 candidate /24s
+SUBNET_POOL = ipaddress.IPv4Network("10.200.0.0/14")  # 1024 candidate /24s
 BRIDGE_PREFIX = "drh-"
 
 
@@ -43,11 +43,11 @@ def used_networks() -> list[ipaddress.IPv4Network]:
         for entry in data:
             if "dst" in entry and entry["dst"] not in ("default", ""):
                 try:
-                    found.append(ipaddress.ip_network(entry["dst"], strict=False))
+                    found.append(ipaddress.IPv4Network(entry["dst"], strict=False))
                 except ValueError:
                     pass
             for addr in entry.get("addr_info", []):
-                found.append(ipaddress.ip_network(f"{addr['local']}/{addr['prefixlen']}", strict=False))
+                found.append(ipaddress.IPv4Network(f"{addr['local']}/{addr['prefixlen']}", strict=False))
     return found
 
 

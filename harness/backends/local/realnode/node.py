@@ -54,14 +54,16 @@ def start_all(cluster: state.ClusterState, layout, specs: list[RealNodeSpec], ru
     planned = []
     for spec in specs:
         record = plan_record(cluster, spec, used, taken)
-        used.append(ipaddress.ip_network(record.subnet))
+        used.append(ipaddress.IPv4Network(record.subnet))
         taken |= {record.kubelet_port, record.healthz_port}
         planned.append((spec, record))
     # Recorded before anything is made, so teardown finds all of it even after a crash mid-way.
     cluster.data["realNodes"] = [r.to_dict() for _, r in planned]
     cluster.save()
     with reporter.step("recording the machine settings a kubelet changes"):
-        host.acquire(cluster.name)
+        raised = host.acquire(cluster.directory, nodes=len(planned))
+    for change in raised:
+        reporter.info(f"raised {change} for the real nodes (restored when the last real node on this machine stops)")
     archives = None
     for spec, record in planned:
         archives = _start_one(cluster, layout, spec, record, runtime, reporter, archives)
@@ -76,10 +78,10 @@ def _start_one(cluster, layout, spec: RealNodeSpec, record: RealNodeRecord, runt
         for directory in dirs.all():
             directory.mkdir(parents=True, exist_ok=True)
         cgroups.create(record.id)
-        network.create_bridge(record.bridge, ipaddress.ip_network(record.subnet))
+        network.create_bridge(record.bridge, ipaddress.IPv4Network(record.subnet))
         (dirs.cni_conf / "10-dra-harness.conflist").write_text(
             network.cni_conflist(f"dra-harness-{record.id}", record.bridge,
-                                 ipaddress.ip_network(record.subnet), dirs.cni_ipam))
+                                 ipaddress.IPv4Network(record.subnet), dirs.cni_ipam))
         dirs.containerd_config.write_text(containerd.config_toml(dirs, runtime, images.PAUSE_IMAGE))
         client = f"node-{spec.name}"
         pki.add_client(layout.pki, client, f"system:node:{spec.name}", ["system:nodes"])
@@ -135,3 +137,33 @@ def _wait(ready, running: process.Running, timeout: float, what: str) -> None:
             raise ComponentError(running.name, f"not ready after {timeout:.0f}s ({what})", log_file=running.log,
                                  log_tail=process.tail(running.log))
         time.sleep(0.2)
+
+
+def restart_kubelet(cluster_dir, record: RealNodeRecord, timeout: float = KUBELET_TIMEOUT) -> process.Running:
+    """Stop the node's kubelet (SIGTERM) and start it again with the command line it was started
+    with, as a kubelet upgrade or crash-restart would; returns once its healthz answers. Pods,
+    containers, plugins and the kubelet's checkpoints are left alone. Whatever happens in between,
+    a kubelet is started again before this returns or raises: a test must never leave the node
+    without one."""
+    import json
+    from pathlib import Path
+
+    import psutil
+
+    cluster_dir = Path(cluster_dir)
+    pid_file = cluster_dir / "pids" / f"{record.kubelet_process}.json"
+    try:
+        argv = json.loads(pid_file.read_text())["argv"]
+    except (OSError, ValueError, KeyError) as err:
+        raise HarnessError(f"cannot restart the kubelet of {record.name}: no usable record {pid_file} ({err})") from None
+    running = process.recorded(cluster_dir).get(record.kubelet_process)
+    if running is not None and process.alive(running):
+        try:
+            stuck = process.terminate([psutil.Process(running.pid)], process.GRACE_SECONDS)
+        except psutil.NoSuchProcess:  # it ended on its own meanwhile
+            stuck = []
+        if stuck:  # still the old one: starting a second kubelet beside it would be worse
+            raise HarnessError(f"the kubelet of {record.name} (pid {running.pid}) survived SIGKILL")
+    started = process.start(record.kubelet_process, argv, cluster_dir)
+    _wait(lambda: _healthy(kubelet.health_url(record)), started, timeout, kubelet.health_url(record))
+    return started

@@ -8,19 +8,22 @@ processes, so `cluster down` stops it.
 
 from __future__ import annotations
 
+import fcntl
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from harness.backends.local import process
 from harness.backends.local.realnode.layout import RealNodeRecord
 from harness.errors import ComponentError
 
-READY_TIMEOUT = 30.0
+READY_TIMEOUT = 120.0  # a deadline, not a wait: importing grpc + kubernetes took over 30 s on a loaded machine
+EXCLUSIVE_TIMEOUT = 600.0  # how long a kubelet restart waits for the node's other users to finish
 
 
 def argv(node: RealNodeRecord, driver: str, kubeconfig: Path, instance: str | None, namespace: str | None,
-         health_interval: float = 10.0) -> list[str]:
+         health_interval: float = 10.0, rolling_update_id: str | None = None) -> list[str]:
     dirs = node.dirs
     args = [sys.executable, "-m", "fake_devices.kubeletplugin", f"--driver={driver}", f"--node={node.name}",
             f"--kubeconfig={kubeconfig}", f"--plugins-dir={dirs.plugins}", f"--registry-dir={dirs.plugins_registry}",
@@ -30,16 +33,26 @@ def argv(node: RealNodeRecord, driver: str, kubeconfig: Path, instance: str | No
         args.append(f"--instance={instance}")
     if namespace:
         args.append(f"--namespace={namespace}")
+    if rolling_update_id:
+        args.append(f"--rolling-update-id={rolling_update_id}")
     return args
 
 
-def start(cluster_dir: Path, node: RealNodeRecord, driver: str, kubeconfig: Path, instance: str | None = None,
-          namespace: str | None = None, timeout: float = READY_TIMEOUT) -> process.Running:
-    """Start the plugin for `driver` and wait for its `ready` line (both sockets serve)."""
+def process_name(node: RealNodeRecord, driver: str, rolling_update_id: str | None = None) -> str:
     name = node.plugin_process(driver)
+    return f"{name}-{rolling_update_id}" if rolling_update_id else name
+
+
+def start(cluster_dir: Path, node: RealNodeRecord, driver: str, kubeconfig: Path, instance: str | None = None,
+          namespace: str | None = None, timeout: float = READY_TIMEOUT,
+          rolling_update_id: str | None = None) -> process.Running:
+    """Start the plugin for `driver` and wait for its `ready` line (both sockets serve). With a
+    `rolling_update_id` it is a further instance beside the usual one (an upgrade in progress)."""
+    name = process_name(node, driver, rolling_update_id)
     log = cluster_dir / "logs" / f"{name}.log"
     offset = log.stat().st_size if log.exists() else 0  # a restarted plugin appends to the same log
-    running = process.start(name, argv(node, driver, kubeconfig, instance, namespace), cluster_dir)
+    running = process.start(name, argv(node, driver, kubeconfig, instance, namespace,
+                                       rolling_update_id=rolling_update_id), cluster_dir)
     deadline = time.monotonic() + timeout
     while True:
         with open(log, "rb") as handle:
@@ -47,17 +60,20 @@ def start(cluster_dir: Path, node: RealNodeRecord, driver: str, kubeconfig: Path
             if b"ready\n" in handle.read():
                 return running
         if not process.alive(running):
+            (cluster_dir / "pids" / f"{name}.json").unlink(missing_ok=True)
             raise ComponentError(name, "exited during start", log_file=log, log_tail=process.tail(log))
         if time.monotonic() > deadline:
+            stop(cluster_dir, node, driver, rolling_update_id=rolling_update_id)  # ours: never leave it running
             raise ComponentError(name, f"not ready after {timeout:.0f}s", log_file=log, log_tail=process.tail(log))
         time.sleep(0.05)
 
 
-def stop(cluster_dir: Path, node: RealNodeRecord, driver: str, kill: bool = False) -> None:
+def stop(cluster_dir: Path, node: RealNodeRecord, driver: str, kill: bool = False,
+         rolling_update_id: str | None = None) -> None:
     """Stop the plugin (SIGTERM, or SIGKILL to simulate a crash); its checkpoint stays."""
     import psutil
 
-    name = node.plugin_process(driver)
+    name = process_name(node, driver, rolling_update_id)
     running = process.recorded(cluster_dir).get(name)
     if running is None:
         return
@@ -75,6 +91,10 @@ class NodePlugins:
     def __init__(self, cluster_dir: Path, node: RealNodeRecord, kubeconfig: Path):
         self.cluster_dir, self.node, self.kubeconfig = cluster_dir, node, kubeconfig
         self._started: dict[str, tuple[str | None, str | None]] = {}
+        self._upgrades: set[tuple[str, str]] = set()  # (driver, rolling update id) of further instances
+        # Shared while this user runs plugins on the node; a kubelet restart takes it exclusively, so
+        # it never disturbs another test (pytest -n 2) in the middle of its pods.
+        self._users_lock: IO[str] | None = None
 
     @property
     def name(self) -> str:
@@ -84,9 +104,17 @@ class NodePlugins:
     def cdi_dir(self) -> Path:
         return self.node.dirs.cdi
 
+    def _hold_node(self) -> IO[str]:
+        if self._users_lock is None:
+            handle = open(self.node.dirs.base / "users.lock", "a")
+            _flock(handle, fcntl.LOCK_SH, EXCLUSIVE_TIMEOUT, f"a kubelet restart on {self.node.name} to finish")
+            self._users_lock = handle
+        return self._users_lock
+
     def run(self, driver: str, instance: str | None = None, namespace: str | None = None) -> None:
+        self._hold_node()
+        self._started[driver] = (instance, namespace)  # first: close() stops it even if the start fails
         start(self.cluster_dir, self.node, driver, self.kubeconfig, instance, namespace)
-        self._started[driver] = (instance, namespace)
 
     def run_for(self, fake_driver) -> tuple[str, ...]:
         """Run a plugin for every driver name of a fake_devices FakeDriver; returns the names."""
@@ -104,11 +132,58 @@ class NodePlugins:
         self.stop(driver, kill=kill)
         self.run(driver, instance, namespace)
 
+    def run_instance(self, driver: str, rolling_update_id: str, timeout: float = READY_TIMEOUT) -> None:
+        """Start another instance of `driver`'s running plugin beside it, with its own socket names
+        (`<driver>-<id>-reg.sock`, `dra-<id>.sock`): the first half of an upgrade."""
+        instance, namespace = self._started[driver]
+        self._upgrades.add((driver, rolling_update_id))
+        start(self.cluster_dir, self.node, driver, self.kubeconfig, instance, namespace, timeout=timeout,
+              rolling_update_id=rolling_update_id)
+
+    def stop_instance(self, driver: str, rolling_update_id: str) -> None:
+        stop(self.cluster_dir, self.node, driver, rolling_update_id=rolling_update_id)
+        self._upgrades.discard((driver, rolling_update_id))
+
+    def log(self, driver: str, rolling_update_id: str | None = None) -> Path:
+        return self.cluster_dir / "logs" / f"{process_name(self.node, driver, rolling_update_id)}.log"
+
+    def restart_kubelet(self, wait_for_others: float = EXCLUSIVE_TIMEOUT) -> None:
+        """Restart the node's kubelet (see node.restart_kubelet); the plugins keep running. Waits
+        until no other user of the node runs plugins there, and keeps new ones out meanwhile."""
+        from harness.backends.local.realnode import node
+
+        handle = self._hold_node()
+        _flock(handle, fcntl.LOCK_EX, wait_for_others, f"the other tests using {self.node.name} to finish")
+        try:
+            node.restart_kubelet(self.cluster_dir, self.node)
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_SH)  # back to an ordinary user
+
     def cdi_specs(self, driver: str | None = None) -> list[Path]:
         prefix = f"{driver}-" if driver else ""
         return sorted(p for p in self.cdi_dir.glob(f"{prefix}*.json"))
 
     def close(self) -> None:
-        for driver in list(self._started):
-            self.stop(driver)
-        self._started.clear()
+        for driver, rolling_update_id in list(self._upgrades):
+            self.stop_instance(driver, rolling_update_id)
+        try:
+            for driver in list(self._started):
+                self.stop(driver)
+            self._started.clear()
+        finally:
+            if self._users_lock is not None:
+                self._users_lock.close()  # releases the lock
+                self._users_lock = None
+
+
+def _flock(handle: IO[str], operation: int, timeout: float, what: str) -> None:
+    """flock with a deadline (a plain blocking flock could wait forever)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(handle, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise ComponentError("real node", f"waited {timeout:.0f}s for {what} ({handle.name})") from None
+            time.sleep(0.2)

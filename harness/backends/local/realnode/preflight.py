@@ -11,12 +11,13 @@ import platform
 import shutil
 from pathlib import Path
 
-from harness.backends.local.realnode import cgroups, host
+from harness.backends.local.realnode import cgroups, host, inotify
 from harness.backends.local.realnode.layout import node_root
 from harness.binaries import noderuntime
 
 
-def problems() -> list[str]:
+def problems(real_nodes: int = 1) -> list[str]:
+    """Everything that keeps this machine from running `real_nodes` more real nodes (empty: it can)."""
     found = []
     if platform.system() != "Linux":
         return [f"a real node needs Linux (this is {platform.system()})"]
@@ -37,6 +38,10 @@ def problems() -> list[str]:
         path = host.sysctl_path(name)
         if path.exists() and not os.access(path, os.W_OK):
             found.append(f"{path} is read-only here: the kubelet must be able to set {name}")
+    # Checked with the control plane yet to start; host.acquire raises the limits where it may write them.
+    for short in inotify.shortfalls(real_nodes, control_plane=True):
+        if not os.access(host.sysctl_path(short.sysctl), os.W_OK):
+            found.append(str(short))
     existing = next(p for p in [node_root(), *node_root().parents] if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK):  # checked without creating anything
         found.append(f"cannot create the node directory root {node_root()} ({existing} is not a writable "

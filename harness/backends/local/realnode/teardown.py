@@ -50,11 +50,12 @@ def unmount_all(directory: Path) -> list[str]:
     return [f"mount {p}" for p in mounts_under(directory)]
 
 
-def processes_mentioning(marker: str) -> list[psutil.Process]:
+def processes_mentioning(directory: Path | str) -> list[psutil.Process]:
+    """Processes with `directory` (as a whole path, see process.mentions) in their command line."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if any(marker in arg for arg in proc.info["cmdline"] or []):
+            if any(process.mentions(arg, Path(directory)) for arg in proc.info["cmdline"] or []):
                 found.append(proc)
         except psutil.Error:
             continue
@@ -78,7 +79,8 @@ def teardown(cluster_dir: Path, node: RealNodeRecord) -> list[str]:
     _stop(cluster_dir, plugins + [node.kubelet_process])
     cgroups.remove(node.id, timeout=0.5)  # kills the containers; the cgroups go below, once empty
     _stop(cluster_dir, [node.containerd_process])
-    leftovers = [f"pid {p.pid}" for p in process.terminate(processes_mentioning(str(dirs.base)), GRACE_SECONDS)]
+    leftovers = [f"{process.describe([p])} survived SIGKILL"
+                 for p in process.terminate(processes_mentioning(dirs.base), GRACE_SECONDS)]
     leftovers += unmount_all(dirs.base)
     leftovers += network.delete_bridge(node.bridge)
     leftovers += cgroups.remove(node.id)
@@ -91,7 +93,7 @@ def teardown(cluster_dir: Path, node: RealNodeRecord) -> list[str]:
     return leftovers
 
 
-def teardown_all(cluster_dir: Path, cluster_name: str, cluster_data: dict) -> list[str]:
+def teardown_all(cluster_dir: Path, cluster_data: dict) -> list[str]:
     """Tear down every real node of the cluster and release the machine settings; returns leftovers."""
     nodes = records(cluster_data)
     if not nodes:
@@ -99,7 +101,7 @@ def teardown_all(cluster_dir: Path, cluster_name: str, cluster_data: dict) -> li
     leftovers = []
     for node in nodes:
         leftovers += teardown(cluster_dir, node)
-    leftovers += host.release(cluster_name)
+    leftovers += host.release(cluster_dir)
     try:
         node_root().rmdir()  # only when no other cluster's node lives there
     except OSError:

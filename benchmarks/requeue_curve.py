@@ -1,0 +1,142 @@
+"""The requeue-cost curve (issue 13): per unblocking event, the scheduler's CPU per event and the
+requeue latency as the number of waiting pods grows, SchedulerPreQueueingHints on and off, with
+confidence intervals and a verdict on how the cost grows (results in BENCHMARKS.md):
+
+    .venv/bin/python benchmarks/requeue_curve.py [--scenario device-freed] [--nodes 1000]
+        [--waiting 100,1000,5000] [--events 20] [--repeats 5] [--devices-per-node 1]
+        [--report-dir reports/requeue-curve]
+
+Each run is `dra-harness load run` on a fresh cluster. Order: for each repetition, for each size, the
+two modes in alternating order (on/off, then off/on), so neither mode always runs first or on a
+warmer machine. Cost per event = the scheduler's own CPU (its process_cpu_seconds_total) over the
+measured window / events measured. Writes curve.json, curve.csv and a plot per metric, and prints
+one verdict line per mode: constant, linear or quadratic in the waiting pods, or undecided.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness import load_runner
+from harness.errors import InvalidInput
+from harness.progress import Reporter
+from load import curve, scenarios
+
+METRICS = {"scheduler_cpu_ms_per_event": "scheduler CPU per event (ms)", "p50_ms": "requeue latency p50 (ms)"}
+
+
+def one_run(params: scenarios.LoadParams, hints: bool, report_dir: Path) -> dict:
+    summary = load_runner.run(params, report_dir=report_dir, hints=hints, reporter=Reporter(quiet=True))
+    measured = summary["latency_ms"]["n"]
+    cpu = (summary.get("scheduler_window") or {}).get("cpuSeconds")
+    cond = summary.get("conditions") or {}
+    return {"scenario": params.scenario, "nodes": params.nodes, "waiting": params.pending, "hints": hints,
+            "events": measured, "failures": summary["failures"], "p50_ms": summary["latency_ms"]["p50"],
+            "p99_ms": summary["latency_ms"]["p99"],
+            "scheduler_cpu_ms_per_event": round(1000 * cpu / measured, 2) if cpu and measured else None,
+            "missed_requeues": (summary.get("scheduler") or {}).get("missedRequeues"),
+            "others_percent": cond.get("others_percent_of_machine"), "contended": cond.get("contended"),
+            "report": str(report_dir / "load-report.json")}
+
+
+def aggregate(rows: list[dict], sizes: list[int]) -> dict:
+    """Per metric and mode: mean with 95 % interval per size, the log-log fit and its verdict."""
+    result: dict = {}
+    for metric in METRICS:
+        for hints in (True, False):
+            mode = f"hints {'on' if hints else 'off'}"
+            mine = [r for r in rows if r["hints"] == hints]
+            per_size = {size: curve.mean_ci([r[metric] for r in mine if r["waiting"] == size]) for size in sizes}
+            fit = curve.loglog_slope([(r["waiting"], r[metric]) for r in mine if r[metric] is not None])
+            result.setdefault(metric, {})[mode] = {"per_size": per_size, "fit": fit,
+                                                   "verdict": curve.verdict(f"{METRICS[metric]}, {mode}", fit)}
+    return result
+
+
+def plot(summary: dict, sizes: list[int], report_dir: Path, scenario: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    for metric, label in METRICS.items():
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for mode, data in summary[metric].items():
+            xs = [s for s in sizes if data["per_size"][s]["mean"] is not None]
+            ys = [data["per_size"][s]["mean"] for s in xs]
+            errors = [data["per_size"][s]["ci95"] or 0 for s in xs]
+            ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=4, label=mode)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("waiting pods")
+        ax.set_ylabel(label)
+        ax.set_title(f"{scenario}: {label} (mean, 95 % CI)")
+        ax.legend()
+        path = report_dir / f"{scenario}-{metric}.png"
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        files.append(path)
+    return files
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="device-freed",
+                        choices=["device-freed", "slice-added", "taint-removed", "class-created", "claim-shared"])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--waiting", default="100,1000,5000", help="comma-separated waiting-pod counts")
+    parser.add_argument("--events", type=int, default=20, help="events per run")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--devices-per-node", type=int, default=1)
+    parser.add_argument("--time-limit", type=float, default=1800, help="bound of each run, seconds")
+    parser.add_argument("--report-dir", type=Path, default=Path("reports/requeue-curve"))
+    args = parser.parse_args()
+    try:
+        sizes = sorted({int(x) for x in args.waiting.split(",") if x.strip()})
+        if not sizes or not 2 <= args.repeats <= 50:
+            raise ValueError
+        grid = {size: scenarios.validate(scenarios.LoadParams(
+            args.scenario, args.nodes, size, min(args.events, size), devices_per_node=args.devices_per_node,
+            time_limit=args.time_limit)) for size in sizes}
+    except ValueError:
+        print("error: --waiting must be comma-separated counts, --repeats 2 to 50 (an interval needs two)",
+              file=sys.stderr)
+        return 2
+    except InvalidInput as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    args.report_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    started = time.monotonic()
+    for repeat in range(args.repeats):
+        for size in sizes:
+            order = (True, False) if (repeat + sizes.index(size)) % 2 == 0 else (False, True)
+            for hints in order:
+                cell = args.report_dir / f"w{size}-r{repeat + 1}-hints-{'on' if hints else 'off'}"
+                row = {**one_run(grid[size], hints, cell), "repeat": repeat + 1}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    summary = aggregate(rows, sizes)
+    (args.report_dir / "curve.json").write_text(json.dumps({"rows": rows, "summary": summary}, indent=2))
+    with open(args.report_dir / "curve.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    plot(summary, sizes, args.report_dir, args.scenario)
+    contended = sum(1 for r in rows if r["contended"])
+    print(f"{len(rows)} runs in {time.monotonic() - started:.0f}s; {contended} contended "
+          "(others took more than 10 % of the machine)")
+    for metric in METRICS:
+        for mode in summary[metric].values():
+            print("verdict: " + mode["verdict"] + (" [CONTENDED runs included]" if contended else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

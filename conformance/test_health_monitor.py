@@ -1,0 +1,267 @@
+"""Health monitors that isolate devices with DeviceTaintRules (KEP-5055, resource.k8s.io/v1, GA in 1.37).
+
+The 1.37 release asks SREs to "incorporate DeviceTaintRule definitions into automated node health
+monitors to isolate degraded accelerator units safely". These tests judge such a monitor black-box
+(conformance/health_monitors.py): make a device degraded or failed through the monitor's source,
+then expect, within DEADLINE seconds, exactly one rule of the monitor, selecting exactly that device
+(no other device touched), with effect NoSchedule (degraded: running pods stay, no new allocations)
+or NoExecute (failed: its pods are evicted, a tolerating pod after its tolerationSeconds); after
+recovery the rule goes and the device is allocatable again.
+
+The monitor under test is the reference one (fake_devices/healthmonitor.py, its own process) fed by
+the fake driver's faults; the driver runs with the `no-fault-taints` variant, so no taint comes from
+the slices and every effect seen is the monitor's doing. On the real node, the same monitor fed only
+by the kubelet plugin's DRAResourceHealth stream is judged the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from conformance import checks, objects
+from conformance.health_monitors import (
+    DEGRADED,
+    FAILED,
+    ReferenceMonitor,
+    Target,
+    describe_rules,
+    rules_of,
+    selected,
+)
+from fake_devices import faults
+from fake_devices.controller import FakeDriver
+from fake_devices.healthmonitor import MONITOR_LABEL
+from harness import wait
+from harness.pytest_plugin import vendor_driver
+
+pytestmark = [pytest.mark.dra_feature("DRADeviceTaintRules", maturity="ga")]
+
+DEADLINE = 30  # seconds from a fault (or a recovery) to the monitor's rule (or its removal)
+TOLERATION_SECONDS = 5
+EVICTION = ("DeletionByDeviceTaintManager", "Device Taint manager: deleting due to NoExecute taint")
+
+
+@dataclass
+class HealthSetup:
+    monitor: ReferenceMonitor
+    fake: FakeDriver
+    node: str
+    gpu_class: str
+
+    def target(self, device: str) -> Target:
+        return Target(self.node, self.fake.drivers.gpu, self.node, device)
+
+
+def _skip_in_vendor_mode(request) -> None:
+    vendor = vendor_driver(request.config)
+    if vendor is not None:
+        pytest.skip("the vendor file names no healthMonitor (the hook is CommandMonitor in "
+                    "conformance/health_monitors.py; see docs/conformance.md)")
+
+
+def _stop_and_check_clean(k8s, monitor: ReferenceMonitor) -> None:
+    code = monitor.stop()
+    leftover = rules_of(k8s, monitor)
+    for rule in leftover:  # never leak, even when the monitor failed to clean up
+        wait.ignore_not_found(k8s.resource.delete_device_taint_rule, rule.metadata.name)
+    assert code == 0 and not leftover, (f"health monitor exit code {code}, rules left behind: "
+                                        f"{describe_rules(leftover)}\n{monitor.tail()}")
+
+
+@pytest.fixture
+def health(request, k8s, dra_cluster, fake_driver, simulated_node, unique_name, tmp_path):
+    """The fake driver (faults not published as taints) on a simulated node, and the monitor under test."""
+    _skip_in_vendor_mode(request)
+    fake = fake_driver({simulated_node: "tiny"}, variant="no-fault-taints")  # gpu-0, gpu-1
+    monitor = ReferenceMonitor(unique_name("hm"), dra_cluster.kubeconfig, fake, tmp_path).start()
+    try:
+        yield HealthSetup(monitor, fake, simulated_node, f"{fake.config.instance}-gpu")
+    finally:
+        _stop_and_check_clean(k8s, monitor)
+
+
+def isolated(k8s, monitor, target: Target, effect: str, timeout: float = DEADLINE):
+    """Wait until the monitor owns exactly one rule, selecting exactly `target`, with `effect`; fail
+    at once if it taints anything else."""
+    def check():
+        rules = rules_of(k8s, monitor)
+        strays = [r for r in rules if selected(r) != target.selector]
+        assert not strays, f"the monitor tainted other devices too: {describe_rules(strays)}"
+        return rules[0] if len(rules) == 1 and rules[0].spec.taint.effect == effect else None
+
+    return wait.until(f"a DeviceTaintRule of monitor {monitor.name} isolating {'/'.join(target.selector)} with "
+                      f"effect {effect}", check, timeout,
+                      diagnostics=lambda: f"rules now: {describe_rules(rules_of(k8s, monitor))}\n{monitor.tail()}")
+
+
+def released(k8s, monitor, timeout: float = DEADLINE) -> None:
+    wait.until(f"monitor {monitor.name} to delete its rules after recovery", lambda: not rules_of(k8s, monitor),
+               timeout, diagnostics=lambda: f"rules now: {describe_rules(rules_of(k8s, monitor))}\n{monitor.tail()}")
+
+
+def _device(k8s, ns: str, pod: str) -> str:
+    ((_, _, device),) = checks.allocated_devices(checks.pod_claim(k8s, ns, pod))
+    return device
+
+
+def _no_slice_taints(k8s, setup: HealthSetup) -> None:
+    """Control: the driver publishes no taint, so whatever isolates a device is the monitor's rule."""
+    for device in ("gpu-0", "gpu-1"):
+        assert checks.device_taints(k8s, setup.fake.drivers.gpu, setup.node, device) == []
+
+
+def test_failed_device_gets_a_no_execute_rule_that_evicts_only_its_pod(k8s, dra_namespace, health):
+    ns = dra_namespace
+    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("any-gpu", health.gpu_class))
+    for pod in ("victim", "bystander"):
+        k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim(pod, "any-gpu"))
+        checks.running(k8s, ns, pod)
+    target = health.target(_device(k8s, ns, "victim"))
+
+    with checks.PodHistory(k8s, ns) as history:
+        health.monitor.inject(target, FAILED)
+        rule = isolated(k8s, health.monitor, target, "NoExecute")
+        assert rule.spec.taint.key and rule.spec.taint.time_added is not None
+        condition = history.evicted_by_taint_manager("victim", timeout=DEADLINE)
+        assert (condition.reason, condition.message) == EVICTION
+        history.gone("victim")
+        checks.untouched(k8s, history, ns, "bystander")
+    _no_slice_taints(k8s, health)
+
+    # While the rule stands the device takes no new pod; recovery deletes the rule and gives it back.
+    k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("after", "any-gpu"))
+    checks.unschedulable(k8s, ns, "after")
+    health.monitor.recover(target)
+    released(k8s, health.monitor)
+    checks.running(k8s, ns, "after")
+    assert _device(k8s, ns, "after") == target.device
+
+
+def test_degraded_device_gets_a_no_schedule_rule_and_its_pod_keeps_running(k8s, dra_namespace, health):
+    ns = dra_namespace
+    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("any-gpu", health.gpu_class))
+    k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("resident", "any-gpu"))
+    checks.running(k8s, ns, "resident")
+    target = health.target(_device(k8s, ns, "resident"))
+    other = {"gpu-0": "gpu-1", "gpu-1": "gpu-0"}[target.device]
+
+    with checks.PodHistory(k8s, ns) as history:
+        health.monitor.inject(target, DEGRADED)
+        rule = isolated(k8s, health.monitor, target, "NoSchedule")
+        # The eviction controller has seen the rule and leaves NoSchedule alone.
+        condition = checks.rule_condition(k8s, rule.metadata.name, "OtherEffect")
+        assert condition.message == "Eviction only happens for the NoExecute effect."
+        # No new allocation on the degraded device: the next pod gets the other one, a third waits.
+        k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("newcomer", "any-gpu"))
+        checks.running(k8s, ns, "newcomer")
+        assert _device(k8s, ns, "newcomer") == other
+        k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("third", "any-gpu"))
+        assert "cannot allocate all claims" in checks.unschedulable(k8s, ns, "third").message
+        checks.untouched(k8s, history, ns, "resident")
+    _no_slice_taints(k8s, health)
+
+    # The resident leaves: its device is free but still degraded, so the third pod keeps waiting ...
+    k8s.core.delete_namespaced_pod("resident", ns)
+    wait.until("pod resident to be gone", lambda: "resident" not in {
+        p.metadata.name for p in k8s.core.list_namespaced_pod(ns).items}, 60)
+    checks.scheduler_caught_up(k8s, ns)
+    assert checks.pod_claim(k8s, ns, "third").status.allocation is None
+    # ... until the device recovers.
+    health.monitor.recover(target)
+    released(k8s, health.monitor)
+    checks.running(k8s, ns, "third")
+    assert _device(k8s, ns, "third") == target.device
+
+
+def test_escalation_to_failed_evicts_a_tolerating_pod_after_its_toleration_seconds(k8s, dra_namespace, health):
+    ns = dra_namespace
+    seconds = TOLERATION_SECONDS
+    # Tolerates any NoExecute taint for a while: whatever key the monitor uses.
+    patient = objects.tolerating(objects.request(health.gpu_class),
+                                 {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds})
+    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("patient", requests=[patient]))
+    k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("patient", "patient"))
+    checks.running(k8s, ns, "patient")
+    target = health.target(_device(k8s, ns, "patient"))
+
+    with checks.PodHistory(k8s, ns) as history:
+        health.monitor.inject(target, DEGRADED)
+        isolated(k8s, health.monitor, target, "NoSchedule")
+        injected = time.monotonic()
+        health.monitor.inject(target, FAILED)
+        failed = isolated(k8s, health.monitor, target, "NoExecute")  # still one rule for the device
+        added = failed.spec.taint.time_added
+        evicted_at, _ = history.eviction("patient", timeout=DEADLINE + seconds + 10)
+        condition = history.evicted_by_taint_manager("patient")
+        assert (condition.reason, condition.message) == EVICTION
+        # Not before tolerationSeconds after the NoExecute taint was added (server clock, whole seconds) ...
+        assert (condition.last_transition_time - added).total_seconds() >= seconds, (added, condition)
+        # ... and promptly after it.
+        assert evicted_at - injected <= DEADLINE + seconds + 10, f"evicted {evicted_at - injected:.1f}s after the fault"
+    health.monitor.recover(target)
+    released(k8s, health.monitor)
+
+
+def test_monitor_touches_only_its_own_rules_and_removes_them_on_exit(k8s, dra_namespace, health, cluster_objects,
+                                                                     unique_name):
+    monitor, target = health.monitor, health.target("gpu-0")
+    # Rules the monitor does not own: an admin's, and one labelled for another monitor of the same kind.
+    foreign = [
+        cluster_objects.device_taint_rule(faults.taint_rule(unique_name("admin"), "None", driver=health.fake.drivers.gpu,
+                                                            pool=health.node, device="gpu-1")),
+        cluster_objects.device_taint_rule({**faults.taint_rule(unique_name("peer"), "None",
+                                                               driver=health.fake.drivers.gpu, pool=health.node,
+                                                               device="gpu-0"),
+                                           "metadata": {"name": unique_name("peer"),
+                                                        "labels": {MONITOR_LABEL: unique_name("other-hm")}}}),
+    ]
+    def as_set(rule):  # what the owner wrote (the eviction controller updates the status: not compared)
+        return (rule.metadata.generation, rule.metadata.labels, rule.metadata.deletion_timestamp,
+                describe_rules([rule]))
+
+    versions = {r.metadata.name: as_set(r) for r in foreign}
+
+    monitor.inject(target, FAILED)
+    isolated(k8s, monitor, target, "NoExecute")
+    monitor.inject(health.target("gpu-1"), DEGRADED)  # a change: the monitor reconciles again
+    wait.until("the monitor to isolate gpu-1 too", lambda: len(rules_of(k8s, monitor)) == 2, DEADLINE,
+               diagnostics=lambda: f"rules now: {describe_rules(rules_of(k8s, monitor))}\n{monitor.tail()}")
+    assert sorted(selected(r) for r in rules_of(k8s, monitor)) == [target.selector, health.target("gpu-1").selector]
+
+    assert monitor.stop() == 0, monitor.tail()
+    assert rules_of(k8s, monitor) == [], "rules left behind by a cleanly stopped monitor"
+    for name, version in versions.items():  # never changed, never deleted
+        assert as_set(k8s.resource.read_device_taint_rule(name)) == version, name
+
+
+# --- the kubelet plugin's DRAResourceHealth stream as the source -----------------------------------
+
+@pytest.mark.needs_kubelet
+@pytest.mark.fake_devices
+@pytest.mark.dra_feature("ResourceHealthStatus", maturity="beta")
+def test_plugin_health_stream_drives_the_rule(request, k8s, dra_cluster, dra_namespace, real_node, fake_driver,
+                                              unique_name, tmp_path):
+    ns = dra_namespace
+    fake = fake_driver({real_node.name: "tiny"}, variant="no-fault-taints")
+    real_node.run_for(fake)
+    gpu = fake.drivers.gpu
+    socket = real_node.node.dirs.plugins / gpu / "dra.sock"
+    # Only the stream: the monitor does not read the fault ConfigMap, the plugin turns it into health.
+    monitor = ReferenceMonitor(unique_name("hm"), dra_cluster.kubeconfig, fake, tmp_path,
+                               health_sockets={gpu: socket}, use_faults=False).start()
+    try:
+        target = Target(real_node.name, gpu, real_node.name, "gpu-1")
+        assert rules_of(k8s, monitor) == []
+        faults.set_fault(k8s.core, ns, fake.config.faults_configmap, real_node.name, "gpu-1", "degraded")
+        failed_seen = faults.set_fault(k8s.core, ns, fake.config.faults_configmap, real_node.name, "gpu-0", "unhealthy")
+        assert failed_seen == {"gpu-0": "unhealthy", "gpu-1": "degraded"}
+        # The stream says UNHEALTHY only for gpu-0 (degraded devices still work: HEALTHY there).
+        isolated(k8s, monitor, Target(real_node.name, gpu, real_node.name, "gpu-0"), "NoExecute")
+        faults.set_fault(k8s.core, ns, fake.config.faults_configmap, real_node.name, "gpu-0", None)
+        faults.set_fault(k8s.core, ns, fake.config.faults_configmap, real_node.name, target.device, None)
+        released(k8s, monitor)
+    finally:
+        _stop_and_check_clean(k8s, monitor)

@@ -1,0 +1,360 @@
+"""The devices of the driver under test, as a feature test asks for them.
+
+A feature test that can apply to any DRA driver asks for `devices_under_test(count)` and gets `count`
+free devices of one driver on one node, a DeviceClass of that driver which selects them, and the means
+to place pods where those devices are. The fake driver is one implementation (a fresh instance per
+test, on a simulated node), a vendor's driver another (its devices as the cluster has them, on a node
+run by a real kubelet or not):
+
+    pool = devices_under_test(2)
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("gpu", count=2))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("user", "gpu")))
+
+Requests name the driver's own DeviceClass plus a selector that pins the chosen devices (by an
+attribute whose value no other device of the driver shares, e.g. `uuid`), so a test counts exactly
+the devices it was given, whatever else the driver publishes. Where a test needs a class of its own (an
+extendedResourceName, a narrower selector) it makes one over the same devices (`own_class`), labelled
+and deleted at teardown.
+
+In vendor mode the vendor's devices are shared by every test of the run, so tests that use them take
+turns (a file lock of the run) and each gives its devices back before the next starts (its pods and
+claims deleted, waited for). Devices that some claim of the cluster holds, or that carry a
+NoSchedule/NoExecute taint, are not offered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from conformance import objects
+from harness import wait
+from harness.k8s import nodes as node_facts
+from harness.k8s.client import Clients
+
+LABEL = "dra-harness.x-k8s.io/test-class"  # on every DeviceClass a test makes over the driver's devices
+# attributes that name one device, looked for first; any other string/int attribute with distinct values also does
+IDENTITY_ATTRIBUTES = ("uuid", "resource.kubernetes.io/pciBusID", "serial", "index")
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+FAKE_PROFILES = ((2, "tiny"), (4, "gpu-4"), (8, "dgx-h100"))  # GPUs per node of the fake driver's profiles
+
+
+@dataclass(frozen=True)
+class Device:
+    driver: str
+    pool: str
+    name: str
+    node: str
+    published: dict = field(hash=False, compare=False)  # the device as its slice shows it
+
+    @property
+    def path(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+
+def _value(attribute: dict):
+    for kind in ("string", "int", "bool", "version"):
+        if attribute.get(kind) is not None:
+            return kind, attribute[kind]
+    return None, None
+
+
+def identity_attribute(driver: str, devices: list[dict]) -> tuple[str, str] | None:
+    """(CEL of an attribute, its kind) whose value differs on each of `devices` (all of the driver's
+    published devices), or None when no attribute tells them apart."""
+    candidates: dict[str, list] = {}
+    for device in devices:
+        for name, attribute in (device.get("attributes") or {}).items():
+            kind, value = _value(attribute)
+            if kind in ("string", "int"):
+                candidates.setdefault(name, []).append((kind, value))
+    usable = [name for name, values in candidates.items()
+              if len(values) == len(devices) and len({v for _, v in values}) == len(values)
+              and len({k for k, _ in values}) == 1]
+    if not usable:
+        return None
+    usable.sort(key=lambda n: (IDENTITY_ATTRIBUTES.index(n) if n in IDENTITY_ATTRIBUTES else len(IDENTITY_ATTRIBUTES), n))
+    name = usable[0]
+    domain, _, local = name.rpartition("/")
+    return f'device.attributes["{domain or driver}"].{local}', candidates[name][0][0]
+
+
+def attribute_literal(device: dict, name: str):
+    kind, value = _value((device.get("attributes") or {}).get(name) or {})
+    return json.dumps(value) if kind == "string" else str(value)
+
+
+class DevicePool:
+    """`count` free devices of one driver on one node, and how to ask for them."""
+
+    def __init__(self, k8s: Clients, cluster_objects, unique_name, *, driver: str, device_class: str, node: str,
+                 devices: list[Device], identity: tuple[str, str], identity_name: str, kubelet: bool, image: str,
+                 pull_policy: str, vendor: bool, fake=None):
+        self.k8s, self._objects, self._unique_name = k8s, cluster_objects, unique_name
+        self.driver, self.device_class, self.node = driver, device_class, node
+        self.devices, self.kubelet, self.image, self.pull_policy = devices, kubelet, image, pull_policy
+        self.vendor, self.fake = vendor, fake
+        self._identity, self._identity_name = identity, identity_name
+
+    # --- asking for devices -----------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+    @property
+    def pool(self) -> str:
+        return self.devices[0].pool
+
+    def attribute(self, name: str) -> str:
+        """CEL of an attribute in the driver's domain (`model` -> device.attributes["<driver>"].model)."""
+        return f'device.attributes["{self.driver}"].{name}'
+
+    def only(self, *devices: Device | str) -> str:
+        """CEL true for exactly these devices (default: all the pool's) among all of the driver's."""
+        chosen = [d if isinstance(d, Device) else self.device(d) for d in devices] or self.devices
+        values = ", ".join(attribute_literal(d.published, self._identity_name) for d in chosen)
+        cel = self._identity[0]
+        return f"has({cel}) && {cel} in [{values}]"
+
+    def device(self, name: str) -> Device:
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise KeyError(f"{name} is not one of the devices given to this test: {self.names}")
+
+    def request(self, name: str = "gpu", *, count: int = 1, devices: tuple = (), selectors=(),
+                capacity: dict | None = None, device_class: str | None = None) -> dict:
+        """An `exactly` request of the driver's class, limited to the pool's devices (or `devices`)."""
+        return objects.request(device_class or self.device_class, name=name, count=count, capacity=capacity,
+                               selectors=[self.only(*devices), *selectors])
+
+    def template(self, name: str, *, count: int = 1, devices: tuple = (), selectors=(), entry: str = "gpu") -> dict:
+        return objects.claim_template(name, requests=[self.request(entry, count=count, devices=devices,
+                                                                   selectors=selectors)])
+
+    def own_class(self, prefix: str, *, devices: tuple = (), extended_resource_name: str | None = None,
+                  selectors=()) -> str:
+        """A DeviceClass of this test over the pool's devices (or `devices`): the driver, the devices,
+        optional further selectors and extendedResourceName. Deleted at teardown."""
+        name = self._unique_name(prefix)
+        body = objects.device_class(name, self.driver, extended_resource_name=extended_resource_name)
+        body["metadata"]["labels"] = {LABEL: "true"}
+        body["spec"]["selectors"] += [{"cel": {"expression": e}} for e in (self.only(*devices), *selectors)]
+        self._objects.device_class(body)
+        return name
+
+    # --- pods where the devices are ---------------------------------------------------------
+
+    def pod(self, body: dict, *, pin: bool = True) -> dict:
+        """A pod manifest made runnable where the devices are: the node's image (and pull policy) in
+        every container, the real node's taint tolerated, and (pin) bound to the devices' node."""
+        spec = body["spec"]
+        for container in [*spec.get("containers", []), *spec.get("initContainers", [])]:
+            if container.get("image") in (None, objects.PAUSE_IMAGE):
+                container["image"] = self.image
+                container["imagePullPolicy"] = self.pull_policy
+        spec["tolerations"] = [*spec.get("tolerations", []),
+                               {"key": objects.REAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+        if pin:
+            spec.setdefault("nodeSelector", {})["kubernetes.io/hostname"] = self.node
+        return body
+
+    def shell_image(self) -> str:
+        """An image with a shell on the devices' node (where a command must really run), or skip."""
+        if not self.kubelet:
+            return node_facts.SHELL_IMAGE  # a simulated node runs nothing: any name does
+        node = self.k8s.core.read_node(self.node)
+        names = {n for image in (node.status.images or []) for n in (image.names or [])}
+        if node_facts.SHELL_IMAGE not in names:
+            pytest.skip(f"needs a shell image on node {self.node} (to run a command there); it has "
+                        f"{', '.join(sorted(n for n in names if '@' not in n)[:5]) or 'none'}")
+        return node_facts.SHELL_IMAGE
+
+    def published(self, name: str) -> dict:
+        return self.device(name).published
+
+
+# --- finding the devices ----------------------------------------------------------------------
+
+def _newest_slices(slices: list[dict]) -> list[dict]:
+    newest: dict[tuple[str, str], int] = {}
+    for s in slices:
+        key = (s["spec"]["driver"], s["spec"]["pool"]["name"])
+        newest[key] = max(newest.get(key, 0), s["spec"]["pool"]["generation"])
+    return [s for s in slices if s["spec"]["pool"]["generation"] == newest[(s["spec"]["driver"], s["spec"]["pool"]["name"])]]
+
+
+def in_use(k8s: Clients) -> set[tuple[str, str, str]]:
+    """(driver, pool, device) of every device allocated to a claim of the cluster (admin access aside)."""
+    used = set()
+    for claim in k8s.resource.list_resource_claim_for_all_namespaces().items:
+        allocation = claim.status.allocation if claim.status else None
+        for r in (allocation.devices.results or []) if allocation and allocation.devices else []:
+            if not r.admin_access:
+                used.add((r.driver, r.pool, r.device))
+    return used
+
+
+def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | None = None) -> dict[tuple[str, str], list[Device]]:
+    """{(driver, node): free devices}: published on that node, selected (if given), not held by a claim,
+    without a blocking taint, consuming no shared counters (so each one stands alone)."""
+    slices = _newest_slices([k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items
+                             if s.spec.driver in drivers])
+    used = in_use(k8s)
+    found: dict[tuple[str, str], list[Device]] = {}
+    for s in slices:
+        node = s["spec"].get("nodeName")
+        if not node:
+            continue
+        for device in s["spec"].get("devices") or []:
+            key = (s["spec"]["driver"], s["spec"]["pool"]["name"], device["name"])
+            if selected is not None and key not in selected or key in used or device.get("consumesCounters"):
+                continue
+            if any(t.get("effect") in BLOCKING_EFFECTS for t in device.get("taints") or []):
+                continue
+            found.setdefault((key[0], node), []).append(Device(key[0], key[1], key[2], node, device))
+    for devices in found.values():
+        devices.sort(key=lambda d: (len(d.name), d.name))
+    return found
+
+
+def all_devices(k8s: Clients, driver: str) -> list[dict]:
+    items = [k8s.api_client.sanitize_for_serialization(s)
+             for s in k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items]
+    return [d for s in _newest_slices(items) for d in s["spec"].get("devices") or []]
+
+
+def held_on(k8s: Clients, driver: str, node: str) -> int:
+    """How many claims of the cluster hold devices of `driver` in pools published for `node`."""
+    pools = {s.spec.pool.name for s in k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items
+             if s.spec.node_name == node}
+    return sum(1 for claim in k8s.resource.list_resource_claim_for_all_namespaces().items
+               if claim.status and claim.status.allocation and any(
+                   r.driver == driver and r.pool in pools for r in claim.status.allocation.devices.results or []))
+
+
+def give_back(k8s: Clients, namespace: str, drivers=(), kubelet_nodes=(), timeout: float = 120) -> None:
+    """Delete the namespace's pods and claims and wait until they are gone: the devices are free again;
+    on kubelet nodes also until the kubelet holds no more claims of `drivers` prepared than the cluster
+    has allocated there (it may unprepare after the claim is gone)."""
+    from conformance import checks
+
+    for pod in k8s.core.list_namespaced_pod(namespace).items:
+        wait.ignore_not_found(k8s.core.delete_namespaced_pod, pod.metadata.name, namespace)
+    wait.until(f"the pods of {namespace} to be gone", lambda: not k8s.core.list_namespaced_pod(namespace).items,
+               timeout, diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+    try:  # a PodGroup holds its claims reserved: it goes too
+        groups = k8s.scheduling.list_namespaced_pod_group(namespace).items
+    except ApiException as err:
+        if err.status != 404:  # 404: the cluster does not serve PodGroups
+            raise
+        groups = []
+    for group in groups:
+        wait.ignore_not_found(k8s.scheduling.delete_namespaced_pod_group, group.metadata.name, namespace)
+    for claim in k8s.resource.list_namespaced_resource_claim(namespace).items:
+        wait.ignore_not_found(k8s.resource.delete_namespaced_resource_claim, claim.metadata.name, namespace)
+    wait.until(f"the claims of {namespace} to be gone",
+               lambda: not k8s.resource.list_namespaced_resource_claim(namespace).items, timeout,
+               diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+    for node in kubelet_nodes:
+        for driver in drivers:
+            wait.until(f"the kubelet on {node} to unprepare the claims of {driver} that are gone",
+                       lambda: checks.kubelet_dra_metrics(k8s, node, driver)["in_use"] <= held_on(k8s, driver, node),
+                       timeout, diagnostics=lambda: f"kubelet: {checks.kubelet_dra_metrics(k8s, node, driver)}")
+
+
+@contextlib.contextmanager
+def taking_turns(lock_dir: Path) -> Iterator[None]:
+    from harness.locking import file_lock
+
+    with file_lock(lock_dir / "vendor-devices.lock"):
+        yield
+
+
+def vendor_pool(k8s: Clients, vendor, cluster_facts, count: int, make) -> DevicePool:
+    """`count` free devices of one vendor driver on one node, selected by one of the vendor's classes;
+    prefers a node run by a kubelet (pods there really run). Skips naming what is missing."""
+    from conformance import class_selectors
+
+    everything = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
+    best: tuple | None = None
+    seen = []
+    for device_class in sorted(set(vendor.device_classes.values())):
+        found = k8s.api_client.sanitize_for_serialization(k8s.resource.read_device_class(device_class))
+        selection = class_selectors.evaluate(found, everything)
+        if selection.not_evaluated:
+            selected = {(d, p, n) for s in everything for d, p, n in
+                        [(s["spec"]["driver"], s["spec"]["pool"]["name"], dev["name"]) for dev in s["spec"].get("devices") or []]
+                        if d in vendor.drivers}
+        else:
+            selected = set(selection.selected)
+        for (driver, node), devices in free_devices(k8s, vendor.drivers, selected).items():
+            kubelet = node in cluster_facts.kubelet_nodes
+            seen.append(f"{len(devices)} of {driver} on {node} (class {device_class})")
+            rank = (len(devices) >= count, kubelet, len(devices))
+            if best is None or rank > best[0]:
+                best = (rank, driver, device_class, node, devices, kubelet)
+    if best is None or not best[0][0]:
+        pytest.skip(f"needs {count} free device(s) of one driver on one node that a class of the vendor file selects "
+                    f"(each standing alone: no shared counters, no blocking taint, not allocated); found: "
+                    f"{', '.join(seen) or 'none'}")
+    _, driver, device_class, node, devices, kubelet = best
+    identity = identity_attribute(driver, all_devices(k8s, driver))
+    if identity is None:
+        pytest.skip(f"driver {driver} publishes no attribute whose value tells its devices apart (e.g. uuid): a "
+                    "test cannot ask for particular devices")
+    name = _identity_name(driver, devices, identity[0])
+    return make(driver=driver, device_class=device_class, node=node, devices=devices[:count], identity=identity,
+                identity_name=name, kubelet=kubelet, image=vendor.test_image,
+                pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
+
+
+def _identity_name(driver: str, devices: list[Device], cel: str) -> str:
+    """The attribute key (as the slice spells it) behind an identity CEL expression."""
+    domain, local = cel.split('"')[1], cel.rsplit(".", 1)[1]
+    for key in devices[0].published.get("attributes") or {}:
+        d, _, loc = key.rpartition("/")
+        if loc == local and (d or driver) == domain:
+            return key
+    raise AssertionError(f"{cel} names no attribute of {devices[0].path}")
+
+
+def fake_pool(k8s: Clients, fake_driver, simulated_node: str, count: int, make, real_node=None) -> DevicePool:
+    """A fresh fake-driver instance whose profile has at least `count` GPUs on a simulated node, or on
+    the local backend's real node (`real_node`: its kubelet plugins started there)."""
+    profile = next((p for n, p in FAKE_PROFILES if n >= count), None)
+    if profile is None:
+        pytest.skip(f"no fake-driver profile has {count} GPUs on one node")
+    if real_node is not None:
+        simulated_node = real_node.name
+    fake = fake_driver({simulated_node: profile})
+    if real_node is not None:
+        real_node.run_for(fake)
+    driver = fake.drivers.gpu
+    devices = free_devices(k8s, (driver,)).get((driver, simulated_node), [])
+    assert len(devices) >= count, f"fake driver {driver} published {len(devices)} GPUs on {simulated_node}"
+    identity = identity_attribute(driver, all_devices(k8s, driver))
+    assert identity, f"fake driver {driver}: no attribute tells its devices apart"
+    return make(driver=driver, device_class=f"{fake.config.instance}-gpu", node=simulated_node,
+                devices=devices[:count], identity=identity, identity_name=_identity_name(driver, devices, identity[0]),
+                kubelet=real_node is not None, image=node_facts.PAUSE_IMAGE if real_node else objects.PAUSE_IMAGE,
+                pull_policy="Never" if real_node else "IfNotPresent", vendor=False, fake=fake)
+
+
+def known_cdi_dir(dra_cluster, node: str) -> Path | None:
+    """The CDI spec directory of `node` where the cluster record names it (real nodes dra-harness runs)."""
+    return {real.name: real.cdi_dir for real in dra_cluster.real_nodes}.get(node)
+
+
+def cdi_specs_of(cdi_dir: Path, claim_uid: str) -> list[Path]:
+    """The CDI spec files that mention the claim (drivers name them, or their devices, after its UID)."""
+    if not cdi_dir.is_dir():
+        return []
+    return sorted(p for p in cdi_dir.iterdir() if p.is_file() and claim_uid in p.read_text(errors="replace"))

@@ -1,0 +1,423 @@
+"""A Docker engine for the kind backend: the machine's own, or one the harness starts where there is none.
+
+Each condition is detected separately (`detect()`, with every input injectable so the tests need no
+Docker), and `decide()` turns the facts into one of:
+
+- **use the machine's engine** as it is, changing nothing (the ordinary case, e.g. GitHub runners);
+- **start our own dockerd** (`--iptables=false --ip-forward=false`, so the FORWARD policy and
+  ip_forward stay as they are, and no `docker0` bridge), with its own pidfile, data root, exec root,
+  config file and socket under `<state>/kind-docker/`; our commands reach it through DOCKER_HOST in
+  their environment only;
+- first **install Debian's `docker.io`** with apt-get when dockerd is missing and we are root on a
+  machine with apt-get (no service is started by the package: see `install_docker`);
+- **register the runc wrapper** as dockerd's default runtime when the capability bounding set lacks
+  capabilities `--privileged` asks for (runc_wrapper.py drops exactly those);
+- or say why none of that is possible.
+
+Clusters register as users of our dockerd (`acquire`/`release`); the last one to leave stops it and
+restores the host settings recorded before it started (hostnet.py). An engine the harness did not
+start is never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import paths
+from harness.backends.commands import run_quiet
+from harness.backends.kindhost import capabilities, hostnet, wrapper_file
+from harness.backends.local.realnode import host as machine_settings
+from harness.errors import HarnessError
+from harness.files import write_atomic
+from harness.locking import file_lock
+from harness.progress import Reporter
+
+DEBIAN_PACKAGE = "docker.io"
+RUNTIME_NAME = "dra-harness-runc"
+RUNC_CANDIDATES = ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc")
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its terminating NUL
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+RUNTIME_DIRS = (Path("/run/containerd/s"), Path("/run/containerd"))
+
+Run = Callable[..., subprocess.CompletedProcess]
+
+
+_run = run_quiet  # short queries: never raises; a missing program or a timeout is 127 / 124
+
+
+# --- where our own engine lives ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    @classmethod
+    def default(cls) -> Layout:
+        return cls(paths.state_root() / "kind-docker")
+
+    socket = property(lambda self: self.root / "docker.sock")
+    pidfile = property(lambda self: self.root / "dockerd.pid")
+    data_root = property(lambda self: self.root / "data")
+    exec_root = property(lambda self: self.root / "exec")
+    config_file = property(lambda self: self.root / "daemon.json")
+    log = property(lambda self: self.root / "dockerd.log")
+    wrapper = property(lambda self: self.root / "runc-wrapper")
+    record = property(lambda self: self.root / "engine.json")
+    lock = property(lambda self: self.root / "engine.lock")
+    # dockerd's identity where the machine-wide host-settings record looks for an owner's live processes
+    pid_record = property(lambda self: self.root / "pids" / "dockerd.json")
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.socket}"
+
+
+# --- detection (pure given its inputs) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Facts:
+    cli: str | None  # the docker CLI
+    engine_reachable: bool  # the machine's engine (the caller's DOCKER_HOST or the default socket)
+    engine_error: str
+    dockerd: str | None
+    runc: str | None
+    root: bool
+    apt_get: str | None
+    missing_caps: tuple[str, ...]
+
+
+def detect(*, which=shutil.which, run: Run = _run, status_text: str | None = None, last_cap: int | None = None,
+           euid: int | None = None) -> Facts:
+    cli = which("docker")
+    reachable, error = False, "the docker CLI is not installed"
+    if cli:
+        out = run([cli, "info", "--format", "{{.ServerVersion}}"], timeout=30)
+        reachable = out.returncode == 0 and bool(out.stdout.strip())
+        lines = (out.stderr or out.stdout or "").strip().splitlines()
+        error = "" if reachable else (lines[-1] if lines else f"`docker info` exited {out.returncode}")
+    if status_text is None:
+        status_text = capabilities.STATUS.read_text()
+    if last_cap is None:
+        last_cap = int(capabilities.LAST_CAP.read_text().strip())
+    runc = which("runc") or next((c for c in RUNC_CANDIDATES if Path(c).is_file()), None)
+    return Facts(cli=cli, engine_reachable=reachable, engine_error=error, dockerd=which("dockerd"), runc=runc,
+                 root=(os.geteuid() if euid is None else euid) == 0, apt_get=which("apt-get"),
+                 missing_caps=tuple(capabilities.missing(status_text, last_cap)))
+
+
+@dataclass(frozen=True)
+class Decision:
+    use_existing: bool = False
+    install: bool = False  # apt-get install docker.io first
+    start_own: bool = False
+    wrapper_drops: tuple[str, ...] = ()  # capabilities the runc wrapper removes (empty: no wrapper)
+    problems: tuple[str, ...] = field(default_factory=tuple)  # why nothing can work
+
+    def describe(self) -> str:
+        if self.use_existing:
+            return "using the machine's Docker engine as it is"
+        steps = (["installing Debian's docker.io with apt-get"] if self.install else []) + \
+            ["starting a dockerd of the harness's own (--iptables=false --ip-forward=false)"]
+        if self.wrapper_drops:
+            steps.append("with a runc wrapper dropping " + ", ".join(self.wrapper_drops) +
+                         " (not in this machine's capability bounding set)")
+        return "; ".join(steps)
+
+
+def decide(facts: Facts) -> Decision:
+    if facts.cli and facts.engine_reachable:
+        return Decision(use_existing=True)
+    need_install = facts.dockerd is None or facts.cli is None or facts.runc is None
+    problems = []
+    if need_install and not (facts.root and facts.apt_get):
+        missing = [what for what, there in (("the docker CLI", facts.cli), ("dockerd", facts.dockerd),
+                                            ("runc", facts.runc)) if not there]
+        problems.append(f"no reachable Docker engine, and {', '.join(missing)} cannot be installed here: "
+                        + ("not root" if not facts.root else "no apt-get"))
+    elif not facts.root:
+        problems.append("no reachable Docker engine, and starting dockerd needs root")
+    if problems:
+        return Decision(problems=tuple(problems))
+    return Decision(install=need_install, start_own=True, wrapper_drops=facts.missing_caps)
+
+
+# --- the engine the backend uses ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How our commands reach the engine: the docker CLI and the environment to run it with."""
+
+    docker: str
+    env: dict[str, str]  # {} for the machine's engine; {"DOCKER_HOST": ...} for ours
+    owned: bool  # started by the harness (stopped by the last `release`)
+
+    def environ(self) -> dict[str, str]:
+        return {**os.environ, **self.env}
+
+
+def dockerd_argv(dockerd: str, layout: Layout, wrapper: Path | None) -> list[str]:
+    argv = [dockerd, f"--host={layout.host}", f"--pidfile={layout.pidfile}", f"--data-root={layout.data_root}",
+            f"--exec-root={layout.exec_root}", f"--config-file={layout.config_file}",
+            # Leave the host's firewall and forwarding alone; kind's node containers share one
+            # bridge network and the API server is published by docker-proxy, neither needs them.
+            "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--bridge=none"]
+    if wrapper is not None:
+        argv += [f"--add-runtime={RUNTIME_NAME}={wrapper}", f"--default-runtime={RUNTIME_NAME}"]
+    return argv
+
+
+def _load(layout: Layout) -> dict:
+    try:
+        return json.loads(layout.record.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(layout: Layout, record: dict) -> None:
+    write_atomic(layout.record, json.dumps(record, indent=1, sort_keys=True))
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _ours_running(layout: Layout, record: dict, cli: str, run: Run) -> bool:
+    if not _alive(record.get("pid")):
+        return False
+    out = run([cli, f"--host={layout.host}", "info", "--format", "{{.ServerVersion}}"], timeout=30)
+    return out.returncode == 0
+
+
+def running(layout: Layout | None = None) -> Engine | None:
+    """Our dockerd when it runs (for a look, e.g. `cluster status`; registers no user)."""
+    layout = layout or Layout.default()
+    record = _load(layout)
+    cli = record.get("cli") or shutil.which("docker")
+    if record and cli and _ours_running(layout, record, cli, _run):
+        return Engine(cli, {"DOCKER_HOST": layout.host}, owned=True)
+    return None
+
+
+def _found(path: str | None, what: str) -> str:
+    """A tool's path, or a clear error when it is missing (e.g. a package install that did not bring it)."""
+    if not path:
+        raise HarnessError(f"the kind backend needs {what}, and it is not on this machine",
+                           hint=f"install Docker Engine (Debian: apt-get install {DEBIAN_PACKAGE})")
+    return path
+
+
+def acquire(user: str, reporter: Reporter | None = None, *, layout: Layout | None = None,
+            facts: Facts | None = None) -> Engine:
+    """An engine for `user` (a kind cluster name, or "node-image"); ours is started if needed."""
+    reporter = reporter or Reporter(quiet=True)
+    layout = layout or Layout.default()
+    facts = facts or detect()
+    decision = decide(facts)
+    if decision.use_existing:
+        return Engine(_found(facts.cli, "the docker CLI"), {}, owned=False)
+    if decision.problems:
+        raise HarnessError("the kind backend has no Docker engine: " + "; ".join(decision.problems),
+                           hint="install and start Docker Engine, or run as root on Debian/Ubuntu so the harness "
+                                "can install docker.io and start its own dockerd")
+    if len(str(layout.socket)) > SOCKET_PATH_MAX:
+        raise HarnessError(f"{layout.socket}: the socket path is {len(str(layout.socket))} bytes, longer than a "
+                           f"unix socket allows ({SOCKET_PATH_MAX})", hint="set DRA_HARNESS_STATE_DIR to a shorter path")
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with file_lock(layout.lock):
+        record = _load(layout)
+        if decision.install:
+            with reporter.step(f"installing {DEBIAN_PACKAGE} with apt-get (no engine on this machine)"):
+                install_docker()
+            facts = detect()
+        cli = _found(facts.cli or shutil.which("docker"), "the docker CLI")
+        if not (record and _ours_running(layout, record, cli, _run)):
+            with reporter.step(Decision(start_own=True, wrapper_drops=decision.wrapper_drops).describe()):
+                try:
+                    record = _start(layout, facts, decision)
+                except BaseException:
+                    layout.record.unlink(missing_ok=True)  # _start stopped it: nothing left to release
+                    raise
+        record["users"] = sorted(set(record.get("users", [])) | {user})
+        _save(layout, record)
+    return Engine(cli, {"DOCKER_HOST": layout.host}, owned=True)
+
+
+def release(user: str, reporter: Reporter | None = None, *, layout: Layout | None = None) -> list[str]:
+    """Unregister `user`; the last user stops our dockerd and restores the host. Returns what could not
+    be restored. Does nothing for an engine the harness did not start."""
+    reporter = reporter or Reporter(quiet=True)
+    layout = layout or Layout.default()
+    if not layout.record.is_file():
+        return []
+    with file_lock(layout.lock):
+        record = _load(layout)
+        users = [u for u in record.get("users", []) if u != user]
+        if users:
+            record["users"] = users
+            _save(layout, record)
+            return []
+        with reporter.step("stopping the harness's dockerd and restoring the host settings it changed"):
+            problems = _stop(layout, record)
+        layout.record.unlink(missing_ok=True)
+        return problems
+
+
+def _start(layout: Layout, facts: Facts, decision: Decision) -> dict:
+    for directory in (layout.data_root, layout.exec_root):
+        directory.mkdir(parents=True, exist_ok=True)
+    layout.config_file.write_text("{}\n")  # never the machine's /etc/docker/daemon.json
+    wrapper = None
+    if decision.wrapper_drops:
+        wrapper = wrapper_file.write(layout.wrapper, sys.executable, _found(facts.runc, "runc"), decision.wrapper_drops,
+                                     clamp_oom=False)
+    baseline = hostnet.snapshot()
+    # containerd shims put their sockets under /run/containerd/s whatever their configuration says.
+    baseline["runtimeDirs"] = [str(d) for d in RUNTIME_DIRS if d.exists()]
+    argv = dockerd_argv(_found(facts.dockerd or shutil.which("dockerd"), "dockerd"), layout, wrapper)
+    layout.socket.unlink(missing_ok=True)
+    # The machine-wide record (shared with the local backend's real nodes): the kubelets inside kind's
+    # privileged node containers write the same non-namespaced sysctls theirs do. Registered before
+    # dockerd starts; the last owner to leave, real node or our dockerd, restores the baseline once.
+    machine_settings.acquire(layout.root)
+    with open(layout.log, "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    layout.pid_record.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(layout.pid_record, json.dumps(_identity(proc.pid)))  # the record's owner lives while dockerd does
+    record = {"startedBy": "dra-harness", "pid": proc.pid, "argv": argv, "hostBaseline": baseline, "cli": facts.cli,
+              "wrapperDrops": list(decision.wrapper_drops), "users": []}
+    _save(layout, record)  # before waiting: an interrupted start is still stopped by release()
+    deadline = time.monotonic() + START_TIMEOUT
+    cli = _found(facts.cli or shutil.which("docker"), "the docker CLI")
+    while True:
+        if proc.poll() is not None:
+            problems = _stop(layout, record)
+            raise HarnessError(f"dockerd exited with {proc.returncode} while starting" +
+                               (f" (and: {'; '.join(problems)})" if problems else ""), log_file=layout.log)
+        if _run([cli, f"--host={layout.host}", "info", "--format", "{{.ServerVersion}}"], timeout=10).returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            _stop(layout, record)
+            raise HarnessError(f"dockerd did not answer on {layout.socket} within {START_TIMEOUT:.0f}s",
+                               log_file=layout.log)
+        time.sleep(0.3)
+    changed = hostnet.changes(baseline, hostnet.snapshot())
+    if changed:  # should not happen with --iptables=false --ip-forward=false; put it back at once
+        record["changedAtStart"] = changed
+        hostnet.restore(baseline)
+    return record
+
+
+def _identity(pid: int) -> dict:
+    from harness.backends.local import process
+
+    return process.identity(pid)
+
+
+def _remove_containers(layout: Layout, cli: str | None) -> list[str]:
+    """Remove every container of our dockerd once its last user has left: none may outlive the users
+    (measured: `docker run`s of an interrupted `kind create` finished in the daemon after kind's own
+    clean-up, and stayed stored, stopped, in the data root)."""
+    if not cli:
+        return []
+    listing = _run([cli, f"--host={layout.host}", "ps", "--all", "--quiet"], timeout=60)
+    ids = listing.stdout.split() if listing.returncode == 0 else []
+    if not ids:
+        return []
+    out = _run([cli, f"--host={layout.host}", "rm", "--force", "--volumes", *ids], timeout=300)
+    return [f"docker rm {' '.join(ids)}: {(out.stderr or '').strip()}"] if out.returncode != 0 else []
+
+
+def _remove_networks(layout: Layout, cli: str | None) -> list[str]:
+    """Remove the networks made in our dockerd (kind's): their bridges outlive dockerd otherwise."""
+    if not cli:
+        return []
+    listing = _run([cli, f"--host={layout.host}", "network", "ls", "--format", "{{.Name}} {{.Driver}}"], timeout=30)
+    problems = []
+    for line in listing.stdout.splitlines() if listing.returncode == 0 else []:
+        name, _, driver = line.partition(" ")
+        if driver == "bridge" and name not in ("bridge", "host", "none"):
+            out = _run([cli, f"--host={layout.host}", "network", "rm", name], timeout=60)
+            if out.returncode != 0:
+                problems.append(f"docker network {name}: {(out.stderr or '').strip()}")
+    return problems
+
+
+def _stop(layout: Layout, record: dict) -> list[str]:
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return [f"{layout.record}: no dockerd pid recorded; nothing to stop"]
+    problems = _remove_containers(layout, record.get("cli")) if _alive(pid) else []
+    problems += _remove_networks(layout, record.get("cli")) if _alive(pid) else []
+    if _alive(pid):
+        os.kill(pid, signal.SIGTERM)  # dockerd stops its containers and its containerd
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.1)
+    baseline = record.get("hostBaseline", {})
+    # The FORWARD policies (dockerd's own doing); the sysctls are the machine-wide record's, restored
+    # when its last owner leaves (now, unless real nodes of the local backend still run).
+    problems += hostnet.restore(baseline, sysctls=())
+    layout.pid_record.unlink(missing_ok=True)
+    problems += machine_settings.release(layout.root)
+    existed = set(baseline.get("runtimeDirs", [str(d) for d in RUNTIME_DIRS]))
+    for directory in RUNTIME_DIRS:  # innermost first; only empty ones that were not there before
+        if str(directory) not in existed and directory.is_dir():
+            try:
+                directory.rmdir()
+            except OSError:
+                problems.append(f"{directory} is not empty")
+    for leftover in (layout.socket, layout.pidfile):
+        leftover.unlink(missing_ok=True)
+    return problems
+
+
+def install_docker(run: Run = _run, policy_rc_d: Path = POLICY_RC_D) -> None:
+    """apt-get install docker.io, without letting the package start docker or containerd services
+    (we start our own dockerd; a system one would change the host and keep running): a policy-rc.d
+    that refuses every start is in place during the install, unless the machine already has one."""
+    ours = not policy_rc_d.exists()
+    if ours:
+        policy_rc_d.write_text("#!/bin/sh\n# dra-harness: no service starts while docker.io installs\nexit 101\n")
+        policy_rc_d.chmod(0o755)
+    try:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        argv = ["apt-get", "install", "-y", "-q", "--no-install-recommends", DEBIAN_PACKAGE]
+        out = run(argv, timeout=900, env=env)
+        if out.returncode != 0:
+            run(["apt-get", "update", "-q"], timeout=600, env=env)
+            out = run(argv, timeout=900, env=env)
+        if out.returncode != 0:
+            raise HarnessError(f"`apt-get install {DEBIAN_PACKAGE}` exited with {out.returncode}: "
+                               + "\n".join((out.stderr or out.stdout).strip().splitlines()[-10:]))
+    finally:
+        if ours:
+            policy_rc_d.unlink(missing_ok=True)

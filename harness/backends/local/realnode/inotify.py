@@ -1,0 +1,100 @@
+"""inotify on this machine: how much a user has in use, and whether real nodes still fit.
+
+The kubelet and containerd of a real node each open several inotify instances (file watchers for
+configuration, certificates, plugin sockets, CDI specs, cgroups). The limits are per user and
+machine-wide (`fs.inotify.max_user_instances`, default 128; `fs.inotify.max_user_watches`): with a
+few clusters side by side a new kubelet dies with "error creating fsnotify watcher: too many open
+files" and containerd's CRI plugin does not load. host.py raises the limits for the real nodes it
+starts (and restores them with the other settings); preflight.py says what to raise where it cannot.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+INSTANCES = "fs.inotify.max_user_instances"
+WATCHES = "fs.inotify.max_user_watches"
+# What one real node opens (measured: kubelet 6 instances and 40-80 watches, containerd 2 and 2,
+# the Python kubelet plugins none), doubled: the kubelet opens more as pods come and go.
+PER_NODE = {INSTANCES: 16, WATCHES: 1024}
+# What a cluster's control plane opens (measured: controller-manager 7, apiserver 3, scheduler 2
+# instances, 20 watches in all), with room: counted when it has not started yet.
+CONTROL_PLANE = {INSTANCES: 16, WATCHES: 256}
+# Left free above what the real nodes need, for everything else this user runs.
+MARGIN = {INSTANCES: 128, WATCHES: 65536}
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Usage:
+    instances: int
+    watches: int
+
+    def of(self, sysctl: str) -> int:
+        return self.instances if sysctl == INSTANCES else self.watches
+
+
+def usage(uid: int) -> Usage:
+    """inotify instances and watches held by processes of `uid`, from their file descriptors
+    (`anon_inode:inotify`) and fdinfo (one `inotify wd:` line per watch). A descriptor shared by
+    several processes is counted once per process: an overestimate errs on the safe side."""
+    instances = watches = 0
+    for entry in os.scandir(PROC):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:  # /proc/<pid> belongs to the process's effective user
+                continue
+            fds = os.listdir(PROC / entry.name / "fd")
+        except OSError:  # gone, or not ours to read
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(PROC / entry.name / "fd" / fd) != "anon_inode:inotify":
+                    continue
+                instances += 1
+                with open(PROC / entry.name / "fdinfo" / fd) as info:
+                    watches += sum(1 for line in info if line.startswith("inotify wd:"))
+            except OSError:
+                continue
+    return Usage(instances, watches)
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    sysctl: str
+    limit: int
+    used: int
+    needed: int  # by the new real nodes
+
+    @property
+    def raise_to(self) -> int:
+        return self.used + self.needed + MARGIN[self.sysctl]
+
+    def __str__(self) -> str:
+        return (f"{self.sysctl} is {self.limit} and {self.used} are in use by this user: the real nodes need "
+                f"{self.needed} more; raise it, e.g. `sysctl -w {self.sysctl}={self.raise_to}`")
+
+
+def limit(sysctl: str) -> int | None:
+    try:
+        return int((PROC / "sys" / sysctl.replace(".", "/")).read_text())
+    except (OSError, ValueError):
+        return None  # not on this kernel
+
+
+def shortfalls(nodes: int, *, control_plane: bool = False, uid: int | None = None) -> list[Shortfall]:
+    """The inotify limits too low for `nodes` more real nodes of this user, plus the control plane
+    of their cluster when it has not started yet (empty: they fit)."""
+    if nodes <= 0:
+        return []
+    used = usage(os.geteuid() if uid is None else uid)
+    found = []
+    for sysctl, per_node in PER_NODE.items():
+        current = limit(sysctl)
+        needed = nodes * per_node + (CONTROL_PLANE[sysctl] if control_plane else 0)
+        if current is not None and current - used.of(sysctl) < needed:
+            found.append(Shortfall(sysctl, current, used.of(sysctl), needed))
+    return found

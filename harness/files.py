@@ -1,0 +1,30 @@
+"""Files the harness writes and reads back: atomic writes (a reader, or a run killed half-way, sees the old
+content or the new, never a part) and the tail of a log."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_atomic(path: Path, text: str, mode: int | None = None) -> Path:
+    """Write `text` to a temporary file beside `path`, then rename it over `path` (atomic on one filesystem)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    if mode is not None:
+        os.chmod(tmp, mode)
+    tmp.replace(path)
+    return path
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """The last `lines` lines of a (log) file, read from its last 64 KiB; "" when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            return "\n".join(handle.read().decode(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,25 @@
+"""What the backends and the suite agree on about nodes, whatever backend made the cluster: when a
+node counts as Ready, how a node run by a real kubelet is marked, and the images such a node of the
+local backend has preloaded (it never pulls). Neutral ground: the suite imports this, never a backend."""
+
+from __future__ import annotations
+
+# Pods land on a real node only when they ask to (the KWOK nodes stay the default target).
+REAL_NODE_TAINT_KEY = "dra-harness.x-k8s.io/real-node"
+KUBELET_LABEL = "dra-harness.x-k8s.io/kubelet"
+
+# Images the local backend builds and imports into a real node's containerd.
+IMAGE_REGISTRY = "dra-harness.local"
+IMAGE_RECIPE = "1"  # bump when an image's content or recipe changes
+PAUSE_IMAGE = f"{IMAGE_REGISTRY}/pause:{IMAGE_RECIPE}"
+SHELL_IMAGE = f"{IMAGE_REGISTRY}/shell:{IMAGE_RECIPE}"
+
+NOT_READY_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+
+
+def is_ready(node) -> bool:
+    """Ready condition True and no not-ready/unreachable taint (a kubernetes client V1Node)."""
+    conditions = (node.status.conditions or []) if node.status else []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    taints = (node.spec.taints or []) if node.spec else []
+    return ready and not any(t.key in NOT_READY_TAINTS for t in taints)

@@ -1,0 +1,77 @@
+"""How a cost grows with the number of waiting pods (pure arithmetic, for benchmarks/requeue_curve.py):
+the mean of repeated measurements with a Student-t confidence interval, and the growth of the curve as
+the slope of log(cost) against log(waiting pods): about 0 constant, 1 linear, 2 quadratic.
+
+The verdict only names a growth when the data can tell: the slope's own 95 % interval (from the
+per-repetition values) has to fall inside one class's band, otherwise it says "undecided" and why.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+# Two-sided 95 % critical values of Student's t, by degrees of freedom (beyond 30: the normal 1.96).
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+
+# Slope bands: where a slope says constant, linear or quadratic. Between bands: no verdict.
+BANDS = (("constant", -0.3, 0.3), ("linear", 0.7, 1.3), ("quadratic", 1.7, 2.3))
+
+
+def t95(degrees_of_freedom: int) -> float:
+    if degrees_of_freedom < 1:
+        raise ValueError("a confidence interval needs at least two values")
+    return _T95[degrees_of_freedom - 1] if degrees_of_freedom <= len(_T95) else 1.96
+
+
+def mean_ci(values: list[float]) -> dict:
+    """Mean and the half-width of its 95 % confidence interval (None with fewer than two values)."""
+    clean = [v for v in values if v is not None and math.isfinite(v)]
+    if not clean:
+        return {"n": 0, "mean": None, "ci95": None, "low": None, "high": None}
+    mean = statistics.fmean(clean)
+    if len(clean) < 2:
+        return {"n": 1, "mean": mean, "ci95": None, "low": None, "high": None}
+    half = t95(len(clean) - 1) * statistics.stdev(clean) / math.sqrt(len(clean))
+    return {"n": len(clean), "mean": mean, "ci95": half, "low": mean - half, "high": mean + half}
+
+
+def loglog_slope(points: list[tuple[float, float]]) -> dict:
+    """Least-squares slope of log(y) on log(x) over (x, y) points (every repetition a point), with its
+    95 % interval. Needs at least two distinct x and positive values."""
+    usable = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y is not None and y > 0]
+    xs = {x for x, _ in usable}
+    if len(xs) < 2:
+        return {"slope": None, "ci95": None, "n": len(usable)}
+    n = len(usable)
+    mean_x = statistics.fmean(x for x, _ in usable)
+    mean_y = statistics.fmean(y for _, y in usable)
+    sxx = sum((x - mean_x) ** 2 for x, _ in usable)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in usable) / sxx
+    if n <= 2:
+        return {"slope": slope, "ci95": None, "n": n}
+    intercept = mean_y - slope * mean_x
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in usable) / (n - 2)
+    return {"slope": slope, "ci95": t95(n - 2) * math.sqrt(residual / sxx), "n": n}
+
+
+def growth(fit: dict) -> str:
+    """constant / linear / quadratic when the slope's whole interval lies in that band; else undecided."""
+    slope, half = fit.get("slope"), fit.get("ci95")
+    if slope is None:
+        return "undecided (fewer than two sizes)"
+    if half is None:
+        return "undecided (no interval: too few repetitions)"
+    for name, low, high in BANDS:
+        if low <= slope - half and slope + half <= high:
+            return name
+    return "undecided (its interval spans more than one band)"
+
+
+def verdict(label: str, fit: dict) -> str:
+    """One line: the growth and the slope it rests on."""
+    slope, half = fit.get("slope"), fit.get("ci95")
+    numbers = "no slope" if slope is None else f"log-log slope {slope:.2f}" + (f" ± {half:.2f}" if half else "")
+    return f"{label}: {growth(fit)} ({numbers}, {fit.get('n', 0)} runs)"

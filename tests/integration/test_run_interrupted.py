@@ -1,0 +1,109 @@
+"""`dra-harness run` interrupted mid-suite (issue 16, item 11): the tests that finished are reported,
+marked as interrupted, in every format; the exit status says which signal stopped it; and the cluster
+it started is gone.
+
+Runs the real main job as a subprocess against the real local cluster it starts (simulated nodes
+only, so it needs no root), with its own state directory so its cluster is easy to find and nothing
+else is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import paths, report, wait
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+FIRST_RESULT_TIMEOUT = 600  # cluster start (cold, loaded 2-core machine) + the first test
+STOP_TIMEOUT = 300  # pytest's grace to finish its current test, then the cluster's teardown
+
+
+def _results(report_dir: Path) -> list[dict]:
+    try:
+        return json.loads((report_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def _cluster_processes(state_dir: Path) -> list[tuple[int, float]]:
+    """(pid, start time) of every component the run's cluster recorded."""
+    found = []
+    for record in state_dir.glob("clusters/*/pids/*.json"):
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        found.append((int(data["pid"]), float(data["createTime"])))
+    return found
+
+
+def _still_running(pid: int, created: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_run_reports_finished_tests_and_stops_its_cluster(tmp_path, signum):
+    state_dir, report_dir = tmp_path / "state", tmp_path / "reports"
+    env = {**os.environ, paths.STATE_ENV: str(state_dir), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    env.pop("KUBECONFIG", None)
+    name = f"intr-{signum.name.lower()}-{uuid.uuid4().hex[:5]}"
+    command = [sys.executable, "-m", "harness.cli", "run", "--name", name, "--real-nodes", "0", "-n", "1",
+               "--report-dir", str(report_dir)]
+    log = open(tmp_path / "run.log", "w")
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait.until("the first test result in results.json", lambda: _results(report_dir) or proc.poll() is not None,
+                   FIRST_RESULT_TIMEOUT, interval=0.5,
+                   diagnostics=lambda: (tmp_path / "run.log").read_text()[-3000:])
+        assert proc.poll() is None, "the run ended before it could be interrupted:\n" + (tmp_path / "run.log").read_text()
+        components = _cluster_processes(state_dir)
+        assert components, "no cluster component recorded"
+        proc.send_signal(signum)
+        code = proc.wait(timeout=STOP_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    output = (tmp_path / "run.log").read_text()
+
+    assert code == 128 + signum, output
+    assert "Traceback" not in output, output
+    finished = _results(report_dir)
+    assert finished, output
+    ids = {r["id"] for r in finished}
+    data = json.loads((report_dir / "report.json").read_text())
+    assert data["interrupted"] is True, data
+    assert data["interruptedReason"].startswith(f"stopped by {signum.name} after {len(finished)} finished tests")
+    # Every outcome counts, not just passed/failed/skipped: a run stopped late has xfails and n/a too.
+    assert sum(data[outcome] for outcome in report.OUTCOMES) == len(finished), data
+    reported = {t["id"] for row in data["matrix"] for t in row["tests"]}
+    assert reported == ids
+    markdown = (report_dir / "report.md").read_text()
+    html = (report_dir / "report.html").read_text()
+    assert "**INTERRUPTED**" in markdown and "INTERRUPTED" in html
+    for test_id in ids:
+        assert f"`{test_id}`" in markdown and test_id in html
+    junit = ET.parse(report_dir / "junit.xml").getroot()
+    assert any(p.get("name") == "interrupted" for p in junit.iter("property")), ET.tostring(junit)[:2000]
+    assert "report (interrupted):" in output
+
+    # The cluster it started is gone: no component left, no state left.
+    assert not [pid for pid, created in components if _still_running(pid, created)], output
+    assert not (state_dir / "clusters" / name).exists(), output

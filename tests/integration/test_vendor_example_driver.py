@@ -1,0 +1,139 @@
+"""The reference third-party driver in vendor mode (issue 11, items 4 and 5): dra-example-driver v0.4.0's
+kubelet plugin, built from the Go module proxy into the binary cache (`make example-driver`), started
+by `conformance run --driver-config clusters/vendors/dra-example-driver.yaml` on the real node of a
+local cluster, with the DeviceClass of its manifest; the suite runs against it, and afterwards the
+plugin, its slices and the class are gone.
+
+Everything runs as a user runs it: `cluster up` and `conformance run` as subprocesses, with their own
+state directory (so only this test's cluster is touched), against real Kubernetes 1.37 components.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import paths
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+VENDOR_FILE = REPO / "clusters" / "vendors" / "dra-example-driver.yaml"
+DRIVER = "gpu.example.com"
+# Feature tests that passed with a gpu.example.com device allocated (issue 11: at least 15; 25 seen by hand).
+MIN_TESTS_ALLOCATING_EXAMPLE_DEVICES = 15
+UP_TIMEOUT = 900  # a cold real node on a loaded two-core machine
+RUN_TIMEOUT = 1500
+
+
+def _cli(args: list[str], env: dict, log: Path, timeout: float) -> subprocess.CompletedProcess:
+    with open(log, "a") as handle:
+        handle.write(f"\n$ dra-harness {' '.join(args)}\n")
+        handle.flush()
+        return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=REPO, env=env, stdout=handle,
+                              stderr=subprocess.STDOUT, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _plugin_processes(node_dir: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and cmdline and cmdline[0].endswith("dra-example-kubeletplugin") \
+                and any(node_dir in arg for arg in cmdline):
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def real_node_cluster(tmp_path):
+    """A local cluster of its own with one real node and one simulated node; (env, name, kubeconfig)."""
+    from harness.backends.local.realnode import preflight
+    from harness.binaries import exampledriver
+
+    if exampledriver.locate() is None:
+        pytest.skip(f"dra-example-driver v{exampledriver.VERSION} is not built (`make example-driver` builds it "
+                    "from the Go module proxy; it needs go)")
+    if problems := preflight.problems():
+        pytest.skip("this machine cannot run a real node: " + "; ".join(problems))
+    env = {**os.environ, paths.STATE_ENV: str(tmp_path / "state"), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    env.pop("KUBECONFIG", None)
+    name = f"vex-{uuid.uuid4().hex[:5]}"
+    log = tmp_path / "cli.log"
+    try:
+        up = _cli(["cluster", "up", "--name", name, "--nodes", "1", "--real-nodes", "1"], env, log, UP_TIMEOUT)
+        assert up.returncode == 0, log.read_text()[-4000:]
+        yield env, name, tmp_path / "state" / "clusters" / name / "kubeconfig", log
+    finally:
+        down = _cli(["cluster", "down", "--name", name], env, log, 300)
+        assert down.returncode == 0, log.read_text()[-4000:]
+
+
+def test_example_driver_in_vendor_mode(real_node_cluster, tmp_path):
+    from harness.k8s.client import Clients
+
+    env, name, kubeconfig, log = real_node_cluster
+    paths_out = subprocess.run([sys.executable, "-m", "harness.cli", "cluster", "node-paths", "--name", name, "--json"],
+                               cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert paths_out.returncode == 0, paths_out.stderr
+    node = json.loads(paths_out.stdout)[0]
+    k8s = Clients(kubeconfig)
+    try:
+        # Refused, naming the field, where the harness cannot start the plugin (this kubeconfig's copy is
+        # not a local cluster's), before anything is created.
+        elsewhere = tmp_path / "copy.kubeconfig"
+        shutil.copy(kubeconfig, elsewhere)
+        refused = _cli(["conformance", "run", "--backend", "existing", "--kubeconfig", str(elsewhere),
+                        "--driver-config", str(VENDOR_FILE), "--report-dir", str(tmp_path / "refused")], env, log, 300)
+        tail = log.read_text()[-3000:]
+        assert refused.returncode == 2, tail
+        assert "spec.kubeletPlugin: the harness starts a kubelet plugin only on a real node" in tail, tail
+        assert not k8s.resource.list_device_class(field_selector=f"metadata.name={DRIVER}").items
+
+        started = time.monotonic()
+        run = _cli(["conformance", "run", "--backend", "existing", "--kubeconfig", str(kubeconfig), "-n", "2",
+                    "--driver-config", str(VENDOR_FILE), "--report-dir", str(tmp_path / "reports")], env, log,
+                   RUN_TIMEOUT)
+        wall = time.monotonic() - started
+        text = log.read_text()
+        results = json.loads((tmp_path / "reports" / "results.json").read_text())
+        summary = json.loads((tmp_path / "reports" / "report.json").read_text())
+
+        # Nothing of the vendor setup is left: plugin process (group), its slices, the manifest's class.
+        assert _plugin_processes(node["registrationDir"]) == [], "the example driver's plugin still runs"
+        assert not k8s.resource.list_resource_slice(field_selector=f"spec.driver={DRIVER}").items
+        assert not k8s.resource.list_device_class(field_selector=f"metadata.name={DRIVER}").items
+    finally:
+        k8s.close()
+
+    # The plugin ran on the real node: its log is in the cluster's logs, with the node's real paths.
+    plugin_log = tmp_path / "state" / "clusters" / name / "logs" / f"vendor-plugin-{node['nodeName']}.log"
+    assert f"--cdi-root={node['cdiDir']}" in plugin_log.read_text()
+
+    failed = [r for r in results if r["outcome"] in ("failed", "xpassed")]
+    assert run.returncode == 0 and not failed, (
+        "harness errors or unexpected failures:\n" + "\n".join(f"{r['id']}: {r['message'][:500]}" for r in failed)
+        + "\n" + text[-3000:])
+    assert summary["failed"] == 0 and not summary["interrupted"]
+    incomplete = [r["id"] for r in results if r["properties"].get("dra_allocations_incomplete")]
+    assert not incomplete, f"allocation records may be short (the claim watch broke): {incomplete}"
+
+    allocating = sorted(r["id"] for r in results if r["outcome"] == "passed"
+                        and DRIVER in (r["properties"].get("dra_allocated_drivers") or []))
+    print(f"vendor run: {wall:.0f}s wall, {len(allocating)} passing tests allocated a {DRIVER} device: {allocating}")
+    assert len(allocating) >= MIN_TESTS_ALLOCATING_EXAMPLE_DEVICES, allocating
+    # No vacuous credit: a feature credited to the driver has that many passing tests with its devices,
+    # and a check over nothing it publishes is "not applicable", never "pass".
+    for row in summary["matrix"]:
+        with_devices = [t for t in row["tests"] if t["outcome"] == "passed"
+                        and DRIVER in (t["properties"].get("dra_allocated_drivers") or [])]
+        assert row["credited"] == len(with_devices), row["feature"]
+        assert row["status"] != "pass" or with_devices, f"{row['feature']} is credited without a {DRIVER} device"

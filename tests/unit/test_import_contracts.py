@@ -1,0 +1,40 @@
+"""The allowed import directions (pyproject.toml [tool.importlinter], run by `make lint`) hold for the
+tree, and a contract really fails when it is broken: here the suite importing a backend."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+pytestmark = pytest.mark.skipif(not LINT_IMPORTS.is_file(), reason="import-linter is not installed (pip install -e '.[dev]')")
+
+
+def _lint_imports(root: Path = REPO) -> subprocess.CompletedProcess:
+    """lint-imports with the project's contracts; packages are looked up in `root` (its working
+    directory) first, then where the project is installed."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(LINT_IMPORTS), str(REPO / "pyproject.toml"), "--no-cache"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_tree_keeps_its_contracts():
+    result = _lint_imports()
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_suite_module_importing_a_backend_breaks_a_contract(tmp_path):
+    # a copy of the suite, found first on the path, with one module that reaches into the local backend
+    shutil.copytree(REPO / "conformance", tmp_path / "conformance", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "conformance" / "reaches_in.py").write_text("from harness.backends.local import state\n")
+    result = _lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "conformance is not allowed to import harness.backends" in result.stdout
+    assert "conformance.reaches_in -> harness.backends.local.state" in result.stdout

@@ -1,0 +1,159 @@
+"""The fake driver image offline (kindhost.driverbase) and the deployed driver as the suite's vendor
+file (kind.vendor_driver): pure parts and the detection, with fake `docker` answers."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.backends import kind, manifests
+from harness.backends.kindhost import driverbase
+from harness.config import vendor
+from harness.errors import HarnessError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_base_is_read_from_the_dockerfile_itself():
+    assert driverbase.dockerfile_base((REPO / "deploy" / "Dockerfile").read_text()) == "python:3.13-slim-trixie"
+    with pytest.raises(HarnessError, match="ARG BASE_IMAGE"):
+        driverbase.dockerfile_base("FROM python:3.13-slim\n")
+
+
+def test_the_offline_base_matches_the_dockerfiles_python_and_debian():
+    base = driverbase.dockerfile_base((REPO / "deploy" / "Dockerfile").read_text())
+    assert base == f"python:{driverbase.PYTHON}-slim-{driverbase.SUITE}"
+
+
+def test_runtime_requirements_leave_the_extras_out():
+    requires = ["kubernetes>=37,<38", "pyyaml>=6", 'ruff<0.18,>=0.17; extra == "dev"', "hypothesis; extra=='dev'"]
+    assert driverbase.runtime_requirements(requires) == ["kubernetes>=37,<38", "pyyaml>=6"]
+    assert driverbase.runtime_requirements(None) == []
+
+
+def test_wheels_are_asked_for_trixies_python_and_the_engines_architecture(tmp_path):
+    argv = driverbase.download_argv("/py", tmp_path, tmp_path / "req.txt", "arm64")
+    assert argv[:3] == ["/py", "-m", "pip"] and "--only-binary=:all:" in argv
+    assert "--python-version=3.13" in argv and "--abi=cp313" in argv
+    platforms = [a.split("=", 1)[1] for a in argv if a.startswith("--platform=")]
+    assert platforms[0] == "manylinux_2_41_aarch64" and "manylinux_2_17_aarch64" in platforms
+    assert "manylinux2014_aarch64" in platforms and all("x86_64" not in p for p in platforms)
+
+
+def test_the_base_dockerfile_installs_from_the_wheels_only():
+    text = driverbase.base_dockerfile("dra-harness.local/debian-rootfs:trixie-abc")
+    assert text.startswith("FROM dra-harness.local/debian-rootfs:trixie-abc\n")
+    assert "--no-index --find-links=/tmp/wheels" in text and "PIP_BREAK_SYSTEM_PACKAGES=1" in text
+
+
+def _answers(inspect: int, pull: int, pull_err: str = ""):
+    calls = []
+
+    def run(argv, timeout=60, env=None):
+        calls.append(argv[1:3])
+        code = inspect if argv[1:3] == ["image", "inspect"] else pull
+        return subprocess.CompletedProcess(argv, code, "", pull_err if argv[1] == "pull" else "")
+
+    return run, calls
+
+
+def test_a_base_the_engine_has_or_pulls_is_used_as_it_is():
+    run, calls = _answers(inspect=0, pull=1)
+    assert driverbase.needs_offline_base("docker", {}, "python:3.13-slim-trixie", run=run) is None
+    assert calls == [["image", "inspect"]]  # present: not even a pull
+    run, calls = _answers(inspect=1, pull=0)
+    assert driverbase.needs_offline_base("docker", {}, "python:3.13-slim-trixie", run=run) is None
+    assert calls == [["image", "inspect"], ["pull", "--quiet"]]
+
+
+def test_no_registry_is_detected_with_the_engines_reason():
+    run, _ = _answers(inspect=1, pull=1, pull_err="Error response from daemon: lookup registry-1.docker.io: no such host")
+    why = driverbase.needs_offline_base("docker", {}, "python:3.13-slim-trixie", run=run)
+    assert why is not None and "docker pull python:3.13-slim-trixie" in why and "no such host" in why
+
+
+def test_the_build_step_names_the_offline_base_and_reaches_no_network(tmp_path):
+    tools = kind.Tools(docker="/usr/bin/docker", kind="/k", kubectl="/kc", python="/py")
+    steps = kind.plan_steps("c", tmp_path, tools, ("c-control-plane",), "img:1", build_image=True, deploy=False,
+                            driver_base="dra-harness.local/python-base:3.13-trixie-abc")
+    build = next(s for s in steps if "build" in s.argv)
+    assert build.argv[:5] == ("env", "DOCKER_BUILDKIT=0", "/usr/bin/docker", "build", "--network=none")
+    assert "--build-arg=BASE_IMAGE=dra-harness.local/python-base:3.13-trixie-abc" in build.argv
+    plain = next(s for s in kind.plan_steps("c", tmp_path, tools, ("c-control-plane",), "img:1", build_image=True,
+                                            deploy=False) if "build" in s.argv)
+    assert plain.argv[:2] == ("/usr/bin/docker", "build") and not any("BASE_IMAGE" in a for a in plain.argv)
+
+
+# --- the deployed driver as a vendor file -----------------------------------------------------------
+
+def _slice(driver: str, node: str, *types: str) -> dict:
+    return {"spec": {"driver": f"{driver}.{manifests.DOMAIN}", "nodeName": node, "pool": {"name": node},
+                     "devices": [{"name": f"d{i}", "attributes": {"type": {"string": t}}}
+                                 for i, t in enumerate(types)]}}
+
+
+CLASSES = {"fake-gpu": "example.com/gpu", "fake-mig": None, "fake-nvme": None, "fake-pmem": None,
+           "fake-cxl-memory": None, "fake-nic": None}
+PAUSE = {"registry.k8s.io/pause:3.10", "localhost/dra-harness/fake-driver:0.1.0"}
+
+
+def test_the_vendor_file_names_what_the_cluster_publishes(tmp_path):
+    slices = [_slice("gpu", "w1", "gpu", "gpu"), _slice("storage", "w1", "nvme"), _slice("nic", "w1", "nic"),
+              _slice("gpu", "w2", "gpu", "mig"), _slice("storage", "w2", "nvme"), _slice("nic", "w2", "nic"),
+              {"spec": {"driver": "gpu.other.example", "nodeName": "w1", "devices": [{"name": "x"}]}}]
+    data = kind.vendor_driver(slices, CLASSES, {"w1": PAUSE, "w2": PAUSE, "cp": set()}, {"w1", "w2"})
+    spec = data["spec"]
+    assert spec["drivers"] == [f"{d}.{manifests.DOMAIN}" for d in ("gpu", "nic", "storage")]
+    # only classes that select something here: no pmem or cxl-memory devices were published
+    assert spec["deviceClasses"] == {"gpu": "fake-gpu", "mig": "fake-mig", "nic": "fake-nic", "nvme": "fake-nvme"}
+    assert spec["extendedResources"] == {"gpu": "example.com/gpu"}
+    assert spec["nodeSelector"] == "dra-harness.x-k8s.io/profile" and spec["testImage"] == "registry.k8s.io/pause:3.10"
+    path = tmp_path / "vendor.yaml"
+    path.write_text(manifests.dump_yaml(data))
+    loaded = vendor.load(str(path))  # the suite's own reader accepts it
+    assert loaded.drivers == tuple(spec["drivers"]) and not loaded.default_image
+
+
+def test_no_node_selector_when_a_labelled_node_lacks_a_driver():
+    slices = [_slice("gpu", "w1", "gpu"), _slice("nic", "w1", "nic"), _slice("gpu", "w2", "gpu")]
+    spec = kind.vendor_driver(slices, CLASSES, {"w1": PAUSE, "w2": {"registry.k8s.io/pause:3.10"}}, {"w1", "w2"})["spec"]
+    assert "nodeSelector" not in spec and spec["testImage"] == "registry.k8s.io/pause:3.10"
+
+
+# --- the suite on kind: what `conformance run --backend kind` accepts, and its waits ------------------
+
+def test_conformance_run_on_kind_refuses_local_only_flags_before_anything_starts(tmp_path):
+    from harness import runner
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        runner.plan(runner.ConformanceOptions(backend="kind", real_nodes="1", binaries_dir=tmp_path,
+                                              report_dir=tmp_path / "r"))
+    assert [p.source for p in err.value.problems] == ["--real-nodes", "--binaries-dir"]
+    assert all("not used by --backend kind" in p.problem for p in err.value.problems)
+    assert not (tmp_path / "r").exists()
+
+
+def test_conformance_run_on_kind_defaults_to_the_small_definition(tmp_path):
+    from harness import runner
+
+    checked = runner.plan(runner.ConformanceOptions(backend="kind", report_dir=tmp_path / "r"))
+    assert checked.definition is not None and checked.definition.name == kind.KindBackend.suite_definition
+    assert sum(pool.count for pool in checked.definition.pools) == 2 and checked.real_nodes == 0
+
+
+def test_a_dropped_apiserver_connection_is_not_yet_while_waiting():
+    from urllib3.exceptions import ProtocolError
+
+    answers = [ProtocolError("Connection aborted."), ConnectionResetError(), True]
+
+    def check():
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    polled = manifests._unreachable_is_not_yet(check)
+    assert [polled(), polled(), polled()] == [False, False, True]

@@ -1,0 +1,48 @@
+"""The requeue-cost curve's statistics: confidence intervals and the growth verdict."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from load import curve
+
+
+def test_mean_ci_matches_a_hand_computed_interval():
+    # mean 10, sample sd 1.5811 (values 8..12), n 5: t(4) = 2.776, half-width 2.776 * 1.5811 / sqrt(5) = 1.963
+    result = curve.mean_ci([8, 9, 10, 11, 12])
+    assert result["mean"] == 10
+    assert result["ci95"] == pytest.approx(1.963, abs=1e-3)
+    assert (result["low"], result["high"]) == pytest.approx((8.037, 11.963), abs=1e-3)
+
+
+def test_mean_ci_with_too_few_values():
+    assert curve.mean_ci([]) == {"n": 0, "mean": None, "ci95": None, "low": None, "high": None}
+    assert curve.mean_ci([3.0, None])["ci95"] is None
+    assert curve.t95(100) == 1.96
+    with pytest.raises(ValueError):
+        curve.t95(0)
+
+
+@pytest.mark.parametrize("power, expected", [(0, "constant"), (1, "linear"), (2, "quadratic")])
+def test_growth_of_exact_power_laws(power, expected):
+    points = [(n, 0.5 * n ** power * (1 + 0.02 * ((i % 3) - 1))) for n in (100, 1000, 5000) for i in range(5)]
+    fit = curve.loglog_slope(points)
+    assert fit["slope"] == pytest.approx(power, abs=0.05)
+    assert curve.growth(fit) == expected
+    assert curve.verdict("hints on", fit).startswith(f"hints on: {expected} (log-log slope")
+
+
+def test_noisy_data_gives_no_verdict():
+    points = [(100, 1.0), (100, 9.0), (1000, 2.0), (1000, 20.0), (5000, 1.0), (5000, 30.0)]
+    fit = curve.loglog_slope(points)
+    assert curve.growth(fit) == "undecided (its interval spans more than one band)"
+
+
+def test_one_size_or_no_interval_is_undecided():
+    assert curve.growth(curve.loglog_slope([(100, 1.0), (100, 2.0)])) == "undecided (fewer than two sizes)"
+    fit = curve.loglog_slope([(100, 1.0), (1000, 10.0)])
+    assert fit["slope"] == pytest.approx(1.0)
+    assert curve.growth(fit) == "undecided (no interval: too few repetitions)"
+    assert curve.loglog_slope([(100, 0.0), (1000, math.nan)])["slope"] is None

@@ -1,0 +1,114 @@
+"""Reading scheduler_perf's output (pure parsing) and refusing bad `bench upstream` input."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+
+from harness import bench_cli, cli, upstream_perf
+
+# As `go test -bench` prints scheduler_perf's results (GOMAXPROCS suffix, tab-separated value/unit pairs).
+BENCH_OUTPUT = """\
+goos: linux
+goarch: amd64
+pkg: k8s.io/kubernetes/test/integration/scheduler_perf/dra
+cpu: Intel(R) Xeon(R) CPU @ 2.20GHz
+BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/2000pods_200nodes-2         \t       1\t         0 ns/op\t        41.50 SchedulingThroughput/Average\t        40.00 SchedulingThroughput/Perc50\t        62.00 SchedulingThroughput/Perc90\t        70.00 SchedulingThroughput/Perc95\t        71.00 SchedulingThroughput/Perc99\t        88.12 runtime_seconds
+PASS
+ok  \tk8s.io/kubernetes/test/integration/scheduler_perf/dra\t95.123s
+"""
+
+
+def test_bench_line_is_parsed_into_values():
+    parsed = upstream_perf.parse_bench_output(BENCH_OUTPUT)
+    name = "BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/2000pods_200nodes"
+    assert list(parsed) == [name]
+    assert parsed[name]["SchedulingThroughput/Average"] == 41.5
+    assert parsed[name]["runtime_seconds"] == 88.12
+    assert upstream_perf.throughput_of(parsed[name]) == {"Average": 41.5, "Perc50": 40.0, "Perc90": 62.0,
+                                                         "Perc95": 70.0, "Perc99": 71.0}
+
+
+def test_output_without_result_lines_gives_nothing():
+    assert upstream_perf.parse_bench_output("--- FAIL: BenchmarkPerfScheduling\nFAIL\n") == {}
+    assert upstream_perf.throughput_of({"runtime_seconds": 3.0}) is None
+
+
+def test_data_items_file():
+    text = json.dumps({"version": "v1", "dataItems": [
+        {"data": {"Average": 50.9, "Perc50": 48}, "unit": "pods/s",
+         "labels": {"Metric": "SchedulingThroughput", "Name": "SchedulingWithResourceClaimTemplate/5000pods_500nodes"}}]})
+    (item,) = upstream_perf.parse_data_items(text)
+    assert item["data"]["Average"] == 50.9
+    with pytest.raises(ValueError):
+        upstream_perf.parse_data_items('{"version": "v1"}')
+
+
+def test_bench_regex_selects_exactly_one_workload():
+    pattern = upstream_perf.bench_regex("SchedulingWithResourceClaimTemplate/fast")
+    levels = pattern.split("/")  # go test matches each level of the benchmark name separately
+    assert [bool(re.search(level, name)) for level, name in
+            zip(levels, ["BenchmarkPerfScheduling", "SchedulingWithResourceClaimTemplate", "fast"])] == [True] * 3
+    assert not re.search(levels[2], "selector_fast")
+    assert not re.search(levels[1], "SchedulingWithResourceClaim")
+
+
+def test_every_workload_names_a_known_package_and_a_valid_scenario():
+    from load import scenarios
+
+    for workload in upstream_perf.WORKLOADS.values():
+        assert workload.package in upstream_perf.PACKAGES
+        if workload.ours:
+            scenarios.validate(scenarios.LoadParams(**workload.ours, time_limit=1800))
+
+
+def test_ratios_raw_and_per_cpu_second():
+    ours = {"scheduling_throughput": {"Average": 30.0}, "cpu_seconds": 150.0, "pods": 2500}
+    theirs = {"scheduling_throughput": {"Average": 50.0}, "cpu_seconds": 100.0, "pods": 2500}
+    assert bench_cli.ratios(ours, theirs) == {"raw": 0.6, "per_cpu_second": 0.67}
+    assert bench_cli.ratios(ours, {"scheduling_throughput": None})["raw"] is None
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["bench", "upstream", "--workload", "Nope/x"], "unknown upstream workload"),
+    (["bench", "upstream"], "no workload given"),
+    (["bench", "upstream", "--workload", "SchedulingWithResourceClaimTemplate/fast", "--timeout", "5"], "--timeout"),
+    (["bench", "upstream", "--workload", "SchedulingWithResourceClaimTemplate/fast", "--repeats", "0"], "--repeats"),
+    (["bench", "upstream", "--workload", "PublishResourceSlices/500nodes", "--ab"], "no matching load scenario"),
+])
+def test_bad_input_is_refused_before_building(argv, fragment, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(upstream_perf, "ensure_built", lambda *a: pytest.fail("must not build"))
+    code = cli.run([*argv, "--report-dir", str(tmp_path / "r")], out=io.StringIO())
+    assert code == 2
+    assert fragment in capsys.readouterr().err.replace("\n", " ")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_failed_upstream_run_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):
+    from harness.errors import HarnessError
+
+    monkeypatch.setattr(upstream_perf, "ensure_built", lambda *a: {p: tmp_path / "x.test" for p in upstream_perf.PACKAGES})
+    monkeypatch.setattr(upstream_perf, "etcd_directory", lambda *a: tmp_path)
+    calls = []
+
+    def fake_run(workload, *args, **kwargs):
+        calls.append(workload)
+        if workload.startswith("ExtendedResource"):
+            raise HarnessError("scheduler_perf ExtendedResource/fast failed (exit status 1; no result line)")
+        return {"workload": workload, "scheduling_throughput": {"Average": 9.0}, "runtime_seconds": 3.0,
+                "cpu_seconds": 6.0, "pods": 10, "conditions": {"contended": False, "others_percent_of_machine": 1.0,
+                "own_percent_of_machine": 50.0, "cpus": 2, "window_seconds": 6.0, "load_average_start": [0.5],
+                "load_average_end": [0.6]}}
+
+    monkeypatch.setattr(upstream_perf, "run", fake_run)
+    out = io.StringIO()
+    code = cli.run(["-q", "bench", "upstream", "--workload", "ExtendedResource/fast", "--workload",
+                    "SchedulingWithResourceClaimTemplate/fast", "--report-dir", str(tmp_path / "r")], out=out)
+    assert code == 1
+    assert calls == ["ExtendedResource/fast", "SchedulingWithResourceClaimTemplate/fast"]
+    rows = json.loads((tmp_path / "r" / "bench-upstream.json").read_text())
+    assert "failed" in rows[0]["upstream"] and rows[1]["upstream"]["scheduling_throughput"]["Average"] == 9.0
+    assert "upstream FAILED" in out.getvalue() and "average 9.0 pods/s" in out.getvalue()
