@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import traceback
@@ -498,7 +499,15 @@ def _interrupt(signum, frame):
 def main() -> None:
     # `kill` (SIGTERM) takes the same clean-up path as Ctrl-C.
     signal.signal(signal.SIGTERM, _interrupt)
-    sys.exit(run(sys.argv[1:]))
+    status = run(sys.argv[1:])
+    if status >= 128:
+        # Stopped by a signal, and the clean-up is done. Python would now wait for every worker
+        # thread still inside an API request (node creation runs 16 of them); that wait has no
+        # bound when a request hangs, so leave without it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Ready and free of the not-ready taints the node lifecycle controller puts on new
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -87,11 +88,20 @@ def from_definition(definition) -> list[NodeSpec]:
     return specs
 
 
+# Per request: connect, read. A create takes milliseconds; the bound keeps a worker from hanging on a
+# server that stopped answering (the process waits for its worker threads before it exits).
+CREATE_TIMEOUT = (10, 60)
+
+
 def create(core: kubernetes.client.CoreV1Api, specs: list[NodeSpec], reporter: Reporter, workers: int = 16) -> None:
+    stopped = threading.Event()
+
     def one(spec: NodeSpec) -> None:
         for attempt in range(5):
+            if stopped.is_set():
+                return  # the command is being stopped: begin nothing new
             try:
-                core.create_node(spec.manifest())
+                core.create_node(spec.manifest(), _request_timeout=CREATE_TIMEOUT)
                 return
             except ApiException as err:
                 if err.status == 409:
@@ -111,6 +121,7 @@ def create(core: kubernetes.client.CoreV1Api, specs: list[NodeSpec], reporter: R
     finally:
         # On an error, Ctrl-C or SIGTERM, drop the nodes not yet begun: leaving the `with` block of
         # an executor would wait for all of them (a minute or more for thousands) before clean-up.
+        stopped.set()
         pool.shutdown(wait=False, cancel_futures=True)
 
 
