@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 
 import kubernetes
 
 from fake_devices import config as driver_config
+from fake_devices import entrypoint
 from fake_devices.controller import FakeDriver, PublishError
 from fake_devices.errors import InvalidInput
 
@@ -29,16 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidInput as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.kubeconfig:
-        api_client = kubernetes.config.new_client_from_config(config_file=args.kubeconfig)
-    else:
-        kubernetes.config.load_incluster_config()
-        api_client = kubernetes.client.ApiClient()
-    api_client.configuration.connection_pool_maxsize = config.workers + 8
-
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    try:
+        api_client = entrypoint.api_client(args.kubeconfig, pool_size=config.workers + 8)
+    except kubernetes.config.ConfigException as err:
+        print(f"error: --kubeconfig: {err}", file=sys.stderr)
+        return 2
+    stopping = entrypoint.stop_on_signals()
     driver = FakeDriver(config, api_client).start()
     try:
         driver.publish(timeout=args.publish_timeout)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
-import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -43,6 +42,7 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
+from fake_devices import entrypoint
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.faults import parse_faults
 from fake_devices.kubeletplugin.health import fault_kinds
@@ -403,15 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidInput as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    stopping = entrypoint.stop_on_signals()
     try:
-        if args.kubeconfig:
-            api_client = kubernetes.config.new_client_from_config(config_file=args.kubeconfig)
-        else:
-            kubernetes.config.load_incluster_config()
-            api_client = kubernetes.client.ApiClient()
+        api_client = entrypoint.api_client(args.kubeconfig)
     except kubernetes.config.ConfigException as err:
         print(f"error: --kubeconfig: {err}", file=sys.stderr)
         return 2

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 
 import kubernetes
 
+from fake_devices import entrypoint
 from fake_devices.errors import InvalidInput
 from fake_devices.kubeletplugin.checkpoint import CheckpointError
 from fake_devices.kubeletplugin.config import DEFAULT_MAX_MESSAGE_BYTES, PluginConfig
@@ -57,16 +56,9 @@ def main(argv: list[str] | None = None) -> int:
                           instance=args.instance, namespace=args.namespace, profile=args.profile,
                           max_message_bytes=args.max_message_bytes, health_interval=args.health_interval,
                           rolling_update_id=args.rolling_update_id)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    stopping = entrypoint.stop_on_signals()
     try:
-        if args.kubeconfig:
-            api_client = kubernetes.config.new_client_from_config(config_file=args.kubeconfig)
-        else:
-            kubernetes.config.load_incluster_config()
-            api_client = kubernetes.client.ApiClient()
-        api_client.configuration.connection_pool_maxsize = 32
+        api_client = entrypoint.api_client(args.kubeconfig, pool_size=32)
         plugin = KubeletPlugin(config, api_client).start()
     except (InvalidInput, CheckpointError, PluginError, kubernetes.config.ConfigException) as err:
         print(f"error: {err}", file=sys.stderr)
