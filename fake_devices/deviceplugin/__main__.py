@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 
+from fake_devices import entrypoint
 from fake_devices.deviceplugin.devices import Device, gpus_of_profile
 from fake_devices.deviceplugin.plugin import REGISTRATIONS, DevicePluginConfig, FakeDevicePlugin
 from fake_devices.deviceplugin.sockets import DevicePluginError
@@ -45,9 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    stopping = entrypoint.stop_on_signals()
     try:
         devices = (gpus_of_profile(args.profile, args.node) if args.profile
                    else [Device(i.strip()) for i in args.devices.split(",") if i.strip()])
