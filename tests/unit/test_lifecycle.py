@@ -75,7 +75,9 @@ def test_interrupted_node_creation_returns_without_creating_the_rest():
     release = threading.Event()  # holds the requests in flight until the interrupt has been handled
 
     class Core:
-        def create_node(self, manifest):
+        def create_node(self, manifest, _request_timeout=None):
+            # every request is bounded: a hung one must not hold the process at exit
+            assert _request_timeout == nodes.CREATE_TIMEOUT
             with lock:
                 created.append(manifest["metadata"]["name"])
                 first = len(created) == 1
