@@ -193,3 +193,37 @@ def partitions_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_name
                                          pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
 
     return pool
+
+
+@pytest.fixture
+def shareable_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str, cluster_objects,
+                         unique_name):
+    """`shareable_under_test(count=1)` -> a conformance.under_test.DevicePool of `count` free devices
+    that allow multiple allocations and publish capacities with a request policy (consumable capacity):
+    a fresh fake-driver instance's NVMe drives (profile tiny), or the vendor's driver where its slices
+    show such devices. In vendor mode the tests using the vendor's devices take turns (`vendor_turn`)."""
+    from functools import partial
+
+    from conformance import objects, under_test
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(request.config)
+    make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
+
+    def pool(count: int = 1) -> under_test.DevicePool:
+        if vendor is None:
+            from fake_devices.controller import INSTANCE_LABEL
+
+            fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): "tiny"})
+            classes = [c.metadata.name for c in k8s.resource.list_device_class(
+                label_selector=f"{INSTANCE_LABEL}={fake.config.instance}").items]
+            return under_test.shareable_pool(k8s, fake.drivers.all(), classes, (), count, make,
+                                             image=objects.PAUSE_IMAGE, pull_policy="IfNotPresent", vendor=False,
+                                             fake=fake)
+        request.getfixturevalue("vendor_turn")  # waits for this test's turn (once)
+        return under_test.shareable_pool(k8s, vendor.drivers, list(vendor.device_classes.values()),
+                                         request.getfixturevalue("cluster_facts").kubelet_nodes, count, make,
+                                         image=vendor.test_image,
+                                         pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
+
+    return pool

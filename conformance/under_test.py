@@ -28,7 +28,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 
 import pytest
@@ -251,9 +251,11 @@ def in_use(k8s: Clients) -> set[tuple[str, str, str]]:
     return used
 
 
-def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | None = None) -> dict[tuple[str, str], list[Device]]:
+def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | None = None, *,
+                 shareable: bool = False) -> dict[tuple[str, str], list[Device]]:
     """{(driver, node): free devices}: published on that node, selected (if given), not held by a claim,
-    without a blocking taint, consuming no shared counters (so each one stands alone)."""
+    without a blocking taint, consuming no shared counters (so each one stands alone), and allowing
+    one allocation only (or, `shareable`, several: consumable capacity)."""
     slices = _newest_slices([k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items
                              if s.spec.driver in drivers])
     used = in_use(k8s)
@@ -265,6 +267,8 @@ def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | No
         for device in s["spec"].get("devices") or []:
             key = (s["spec"]["driver"], s["spec"]["pool"]["name"], device["name"])
             if selected is not None and key not in selected or key in used or device.get("consumesCounters"):
+                continue
+            if bool(device.get("allowMultipleAllocations")) != shareable:
                 continue
             if any(t.get("effect") in BLOCKING_EFFECTS for t in device.get("taints") or []):
                 continue
@@ -532,6 +536,90 @@ def partition_pool(k8s: Clients, drivers, classes, kubelet_nodes, sets: int, mak
                 identity_name=_identity_name(driver, devices, identity[0]) if identity else "",
                 kubelet=node in kubelet_nodes, counter_sets=chosen, attribute_keys=fingerprint_keys(published),
                 **pool_options)
+
+
+# --- shareable devices: consumable capacity -----------------------------------------------------
+
+def consumable(device: dict) -> dict[str, dict]:
+    """{capacity name: its published entry} of the capacities with a requestPolicy."""
+    return {name: entry for name, entry in (device.get("capacity") or {}).items() if entry.get("requestPolicy")}
+
+
+def _valid_values(entry: dict) -> list[Decimal]:
+    return sorted(quantity(v) for v in entry["requestPolicy"].get("validValues") or [])
+
+
+def smallest_valid(entry: dict, at_least: Decimal) -> Decimal | None:
+    """The amount the scheduler allocates for a request of `at_least` (rounded up by the request
+    policy), or None when no valid amount is that large (or the capacity is smaller)."""
+    value, policy = quantity(entry["value"]), entry["requestPolicy"]
+    found: Decimal | None
+    if policy.get("validValues"):
+        found = next((v for v in _valid_values(entry) if v >= at_least), None)
+    else:
+        valid = policy.get("validRange") or {}
+        low = quantity(valid.get("min", "0"))
+        step = quantity(valid["step"]) if valid.get("step") else None
+        found = low if at_least <= low else (
+            low + step * ((at_least - low) / step).to_integral_value(rounding=ROUND_CEILING) if step else at_least)
+        if valid.get("max") and found > quantity(valid["max"]):
+            found = None
+    return found if found is not None and found <= value else None
+
+
+def largest_valid(entry: dict, at_most: Decimal) -> Decimal | None:
+    """The largest amount a request may ask for and get exactly, no more than `at_most`."""
+    policy = entry["requestPolicy"]
+    if policy.get("validValues"):
+        return next((v for v in reversed(_valid_values(entry)) if v <= at_most), None)
+    valid = policy.get("validRange") or {}
+    low = quantity(valid.get("min", "0"))
+    at_most = min(at_most, quantity(valid["max"])) if valid.get("max") else at_most
+    if at_most < low:
+        return None
+    return low + quantity(valid["step"]) * ((at_most - low) // quantity(valid["step"])) if valid.get("step") \
+        else at_most
+
+
+def default_share(entry: dict) -> Decimal:
+    """What a request that names no amount of this capacity is allocated: the policy's default, else all."""
+    default = entry["requestPolicy"].get("default")
+    return quantity(default) if default is not None else quantity(entry["value"])
+
+
+def shareable_pool(k8s: Clients, drivers, classes, kubelet_nodes, count: int, make, **pool_options) -> DevicePool:
+    """`count` free devices of one driver on one node that allow multiple allocations and publish a
+    capacity with a request policy, selected by one of `classes`; prefers a node run by a kubelet.
+    Skips naming what is missing."""
+    from conformance import class_selectors
+
+    everything = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
+    best: tuple | None = None
+    seen = []
+    for device_class in sorted(set(classes)):
+        body = k8s.api_client.sanitize_for_serialization(k8s.resource.read_device_class(device_class))
+        selection = class_selectors.evaluate(body, everything)
+        selected = None if selection.not_evaluated else set(selection.selected)
+        for (driver, node), devices in free_devices(k8s, drivers, selected, shareable=True).items():
+            devices = [d for d in devices if consumable(d.published)]
+            seen.append(f"{len(devices)} on {node} (driver {driver}, class {device_class})")
+            rank = (len(devices) >= count, node in kubelet_nodes, len(devices))
+            if devices and (best is None or rank > best[0]):
+                best = (rank, driver, device_class, node, devices)
+    if best is None or not best[0][0]:
+        pytest.skip(f"needs {count} free device(s) of one driver on one node that allow multiple allocations and "
+                    f"publish a capacity with a requestPolicy (consumable capacity), selected by a class; found: "
+                    f"{', '.join(seen) or 'none'} (drivers {', '.join(drivers)}, classes {', '.join(classes)})")
+    _, driver, device_class, node, devices = best
+    published = all_devices(k8s, driver)
+    identity = identity_attribute(driver, published)
+    if identity is None and not fingerprints_unique(published):
+        pytest.skip(f"driver {driver} publishes two devices with the same attributes: a test cannot ask for "
+                    "particular devices")
+    chosen = devices[:count]
+    return make(driver=driver, device_class=device_class, node=node, devices=chosen, identity=identity,
+                identity_name=_identity_name(driver, chosen, identity[0]) if identity else "",
+                kubelet=node in kubelet_nodes, attribute_keys=fingerprint_keys(published), **pool_options)
 
 
 def known_cdi_dir(dra_cluster, node: str) -> Path | None:

@@ -28,7 +28,6 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 VENDOR_FILE = REPO / "clusters" / "vendors" / "dra-example-driver.yaml"
-PARTITIONS_FILE = REPO / "clusters" / "vendors" / "dra-example-driver-partitions.yaml"
 DRIVER = "gpu.example.com"
 # Feature tests that passed with a gpu.example.com device allocated (issue 11: at least 15; 25 seen by hand).
 MIN_TESTS_ALLOCATING_EXAMPLE_DEVICES = 15
@@ -152,17 +151,28 @@ def test_example_driver_in_vendor_mode(real_node_cluster, tmp_path):
         assert row["status"] != "pass" or with_devices, f"{row['feature']} is credited without a {DRIVER} device"
 
 
-def test_example_driver_with_gpu_partitions(real_node_cluster, tmp_path):
-    """--gpu-partitions=4: shared counter sets and partitions (DRAPartitionableDevices); the partition
-    tests run on the example driver's devices, and the driver checks accept partitions that share their
-    GPU's uuid."""
+MODES = {  # vendor file, the test module run on its devices, the features of the run
+    "gpu-partitions": ("dra-example-driver-partitions.yaml", "test_partitions.py", "DRAPartitionableDevices"),
+    "gpu-allow-multiple-allocations": ("dra-example-driver-shared.yaml", "test_consumable_capacity.py",
+                                       "DRAConsumableCapacity"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_example_driver_in_its_other_modes(real_node_cluster, tmp_path, mode):
+    """--gpu-partitions=4 (shared counter sets and partitions: DRAPartitionableDevices) and
+    --gpu-allow-multiple-allocations (shareable GPUs with request policies: DRAConsumableCapacity): the
+    tests of that feature run on the example driver's devices, and the driver checks pass (partitions
+    may share their GPU's uuid)."""
     from harness.k8s.client import Clients
 
+    vendor_file, module, feature = MODES[mode]
     env, name, kubeconfig, log = real_node_cluster
     started = time.monotonic()
     run = _cli(["conformance", "run", "--backend", "existing", "--kubeconfig", str(kubeconfig), "-n", "2",
-                "--features", "DRAPartitionableDevices,DynamicResourceAllocation", "--driver-config",
-                str(PARTITIONS_FILE), "--report-dir", str(tmp_path / "reports")], env, log, RUN_TIMEOUT)
+                "--features", f"{feature},DynamicResourceAllocation", "--driver-config",
+                str(REPO / "clusters" / "vendors" / vendor_file), "--report-dir", str(tmp_path / "reports")], env, log,
+               RUN_TIMEOUT)
     wall = time.monotonic() - started
     text = log.read_text()
     results = json.loads((tmp_path / "reports" / "results.json").read_text())
@@ -175,10 +185,10 @@ def test_example_driver_with_gpu_partitions(real_node_cluster, tmp_path):
     assert run.returncode == 0 and not failed, (
         "harness errors or unexpected failures:\n" + "\n".join(f"{r['id']}: {r['message'][:500]}" for r in failed)
         + "\n" + text[-3000:])
-    partitions = {r["id"].rsplit("::", 1)[1]: r for r in results if "test_partitions.py" in r["id"]}
-    print(f"partitions run: {wall:.0f}s wall; " + ", ".join(f"{k}: {v['outcome']}" for k, v in partitions.items()))
-    assert len(partitions) == 2, partitions
-    for test, record in partitions.items():
+    tests = {r["id"].rsplit("::", 1)[1]: r for r in results if module in r["id"]}
+    print(f"{mode} run: {wall:.0f}s wall; " + ", ".join(f"{k}: {v['outcome']}" for k, v in tests.items()))
+    assert len(tests) == 2, tests
+    for test, record in tests.items():
         assert record["outcome"] in ("passed", "xfailed"), (test, record)
         if record["outcome"] == "passed":
             assert DRIVER in (record["properties"].get("dra_allocated_drivers") or []), (test, record)

@@ -111,3 +111,24 @@ def test_no_blocker_when_every_device_leaves_room_for_another():
     counter_set = _counter_set()
     partitions = tuple(d for d in counter_set.devices if "partition" in d.name)
     assert replace(counter_set, devices=partitions).blocker() is None
+
+
+# --- consumable capacity: what a request policy allocates ------------------------------------------
+
+def test_a_valid_range_rounds_up_to_its_steps_and_clamps_to_min_and_max():
+    from decimal import Decimal
+
+    from conformance.under_test import default_share, largest_valid, quantity, smallest_valid
+
+    nvme = {"value": "1Ti", "requestPolicy": {"default": "100Gi", "validRange": {"min": "10Gi", "step": "10Gi"}}}
+    gi = quantity("1Gi")
+    assert smallest_valid(nvme, 15 * gi) == 20 * gi and smallest_valid(nvme, 20 * gi) == 20 * gi
+    assert smallest_valid(nvme, Decimal(0)) == 10 * gi and smallest_valid(nvme, 1025 * gi) is None
+    assert largest_valid(nvme, 512 * gi) == 510 * gi and largest_valid(nvme, 5 * gi) is None
+    assert default_share(nvme) == 100 * gi
+    example = {"value": "100", "requestPolicy": {"default": "100", "validRange": {"min": "1", "step": "1", "max": "100"}}}
+    assert smallest_valid(example, Decimal("0.5")) == 1 and smallest_valid(example, Decimal(101)) is None
+    assert largest_valid(example, Decimal(50)) == 50 and largest_valid(example, Decimal(500)) == 100
+    listed = {"value": "8", "requestPolicy": {"validValues": ["2", "4", "8"]}}
+    assert smallest_valid(listed, Decimal(3)) == 4 and largest_valid(listed, Decimal(3)) == 2
+    assert default_share(listed) == 8  # no default: the whole capacity

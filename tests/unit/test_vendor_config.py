@@ -251,7 +251,7 @@ def test_the_shipped_partitions_file_loads_and_names_every_host_path(monkeypatch
     target = tmp_path / "cache" / "binaries" / f"dra-example-driver-v0.4.0_{values['platform']}"
     target.mkdir(parents=True)
     _executable(target, "dra-example-kubeletplugin")
-    for name in ("dra-example-driver.yaml", "dra-example-driver-partitions.yaml"):
+    for name in ("dra-example-driver.yaml", "dra-example-driver-partitions.yaml", "dra-example-driver-shared.yaml"):
         loaded = vendor.load(str(REPO / "clusters" / "vendors" / name))
         assert loaded.kubelet_plugin is not None and loaded.drivers == ("gpu.example.com",)
         text = (REPO / "clusters" / "vendors" / name).read_text()
