@@ -2,7 +2,9 @@
 kubelet plugin, built from the Go module proxy into the binary cache (`make example-driver`), started
 by `conformance run --driver-config clusters/vendors/dra-example-driver.yaml` on the real node of a
 local cluster, with the DeviceClass of its manifest; the suite runs against it, and afterwards the
-plugin, its slices and the class are gone.
+plugin, its slices and the class are gone. On the same cluster, its two other modes
+(--gpu-partitions, --gpu-allow-multiple-allocations) run the partition and consumable-capacity tests
+on its devices.
 
 Everything runs as a user runs it: `cluster up` and `conformance run` as subprocesses, with their own
 state directory (so only this test's cluster is touched), against real Kubernetes 1.37 components.
