@@ -5,6 +5,7 @@ plugin. Requirements are declared with markers and checked against what the clus
 reports (harness.discovery), so a test whose gate or API is off is skipped with that reason:
 
     @pytest.mark.dra_feature("DRAWorkloadResourceClaims", maturity="beta")
+    @pytest.mark.dra_feature("ResourceHealthStatus", maturity="beta", discovered=True)  # runs unclaimed too
     @pytest.mark.requires_api("scheduling.k8s.io/v1beta1")
     @pytest.mark.needs_kubelet
 """
@@ -38,7 +39,10 @@ def _requirements(request: pytest.FixtureRequest) -> None:
             pytest.skip(f"needs {need}, which only the fake driver offers; vendor mode tests your driver as it is")
         for marker in request.node.iter_markers("dra_feature"):
             gate = marker.args[0]
-            if gate not in vendor.features and gate != "DynamicResourceAllocation":
+            # discovered=True: the test finds out itself whether the driver has the capability (and says
+            # "not applicable" when it has not), so it runs whether or not the vendor file claims it
+            if gate not in vendor.features and gate != "DynamicResourceAllocation" \
+                    and not marker.kwargs.get("discovered"):
                 pytest.skip(f"driver {vendor.name} does not claim feature {gate}")
     if not ({"dra_feature", "requires_api", "needs_kubelet"} & set(markers)):
         return
@@ -95,6 +99,9 @@ def driver_under_test(request: pytest.FixtureRequest, k8s: Clients) -> DriverUnd
 
     vendor = vendor_driver(request.config)
     if vendor is not None:
+        # in turn with the tests using the vendor's devices: one of them may take the driver away for a while
+        # (test_kubelet_plugin_lifecycle.py stops its plugin until the kubelet wipes its slices)
+        request.getfixturevalue("vendor_turn")
         return DriverUnderTest(k8s, vendor.drivers, [],
                                classes={f"spec.deviceClasses.{kind}": name for kind, name in vendor.device_classes.items()})
     nodes = request.getfixturevalue("simulated_nodes")
@@ -142,11 +149,81 @@ def devices_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespa
     vendor = vendor_driver(request.config)
     make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
 
-    def pool(count: int = 1) -> under_test.DevicePool:
+    def pool(count: int = 1, **fake_options) -> under_test.DevicePool:
+        """`fake_options` (e.g. variant=...) go to the fake driver; a vendor's driver is as it is."""
         if vendor is None:
             return under_test.fake_pool(k8s, request.getfixturevalue("fake_driver"),
-                                        request.getfixturevalue("simulated_node"), count, make)
+                                        request.getfixturevalue("simulated_node"), count, make, **fake_options)
         request.getfixturevalue("vendor_turn")  # waits for this test's turn (once)
         return under_test.vendor_pool(k8s, vendor, request.getfixturevalue("cluster_facts"), count, make)
+
+    return pool
+
+
+@pytest.fixture
+def partitions_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str, cluster_objects,
+                          unique_name):
+    """`partitions_under_test(sets=1)` -> a conformance.under_test.DevicePool whose `counter_sets` are
+    `sets` free shared counter sets of one driver on one node, and whose devices are the devices that
+    consume from them (partitionable devices): a fresh fake-driver instance with the a100-mig profile
+    (MIG placements), or the vendor's driver where its slices show such devices. In vendor mode the tests
+    using the vendor's devices take turns (`vendor_turn`)."""
+    from functools import partial
+
+    from conformance import objects, under_test
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(request.config)
+    make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
+
+    def pool(sets: int = 1) -> under_test.DevicePool:
+        if vendor is None:
+            from fake_devices.controller import INSTANCE_LABEL
+
+            fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): "a100-mig"})
+            classes = [c.metadata.name for c in k8s.resource.list_device_class(
+                label_selector=f"{INSTANCE_LABEL}={fake.config.instance}").items]
+            return under_test.partition_pool(k8s, fake.drivers.all(), classes, (), sets, make,
+                                              image=objects.PAUSE_IMAGE, pull_policy="IfNotPresent", vendor=False,
+                                              fake=fake)
+        request.getfixturevalue("vendor_turn")  # waits for this test's turn (once)
+        return under_test.partition_pool(k8s, vendor.drivers, list(vendor.device_classes.values()),
+                                         request.getfixturevalue("cluster_facts").kubelet_nodes, sets, make,
+                                         image=vendor.test_image,
+                                         pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
+
+    return pool
+
+
+@pytest.fixture
+def shareable_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str, cluster_objects,
+                         unique_name):
+    """`shareable_under_test(count=1)` -> a conformance.under_test.DevicePool of `count` free devices
+    that allow multiple allocations and publish capacities with a request policy (consumable capacity):
+    a fresh fake-driver instance's NVMe drives (profile tiny), or the vendor's driver where its slices
+    show such devices. In vendor mode the tests using the vendor's devices take turns (`vendor_turn`)."""
+    from functools import partial
+
+    from conformance import objects, under_test
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(request.config)
+    make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
+
+    def pool(count: int = 1) -> under_test.DevicePool:
+        if vendor is None:
+            from fake_devices.controller import INSTANCE_LABEL
+
+            fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): "tiny"})
+            classes = [c.metadata.name for c in k8s.resource.list_device_class(
+                label_selector=f"{INSTANCE_LABEL}={fake.config.instance}").items]
+            return under_test.shareable_pool(k8s, fake.drivers.all(), classes, (), count, make,
+                                             image=objects.PAUSE_IMAGE, pull_policy="IfNotPresent", vendor=False,
+                                             fake=fake)
+        request.getfixturevalue("vendor_turn")  # waits for this test's turn (once)
+        return under_test.shareable_pool(k8s, vendor.drivers, list(vendor.device_classes.values()),
+                                         request.getfixturevalue("cluster_facts").kubelet_nodes, count, make,
+                                         image=vendor.test_image,
+                                         pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
 
     return pool

@@ -144,23 +144,28 @@ def identities_unique(slices: list[dict]) -> list[str]:
     """Where a driver publishes device identities, they are unique: a `uuid` attribute within the
     driver (a UUID names one device in the whole cluster), `resource.kubernetes.io/pciBusID` within a
     node (the same address on two nodes is two devices). Partitions of one device (consuming from a
-    common counter set, like a GPU and its MIG instances) share their device's PCI address."""
+    common counter set of their pool, like a GPU and its MIG instances, or dra-example-driver's
+    --gpu-partitions) may share their device's PCI address and uuid."""
     defects = []
     uuids: dict[tuple[str, str], str] = {}
+    uuid_sets: dict[tuple[str, str], set[tuple[str, str]]] = {}
     bus_ids: dict[tuple[str, str, str], str] = {}
     counter_sets: dict[tuple[str, str, str], set[str]] = {}
     for driver, pool, slice_name, node, device in _devices(slices):
         where = f"{driver}/{pool}/{device['name']} (slice {slice_name})"
+        shares = {use["counterSet"] for use in device.get("consumesCounters") or []}
         found = _string_attribute(driver, device, "uuid")
         if found:
-            if (driver, found[1]) in uuids:
+            uuid_key = (driver, found[1])
+            pooled = {(pool, name) for name in shares}
+            if uuid_key in uuids and not (pooled & uuid_sets[uuid_key]):
                 defects.append(f"driver {driver}: {found[0]} {found[1]!r} is published for two devices: "
-                               f"{uuids[(driver, found[1])]} and {where}")
-            uuids.setdefault((driver, found[1]), where)
+                               f"{uuids[uuid_key]} and {where}")
+            uuids.setdefault(uuid_key, where)
+            uuid_sets.setdefault(uuid_key, pooled)
         bus_id = ((device.get("attributes") or {}).get(STD + "pciBusID") or {}).get("string")
         if bus_id:
             key = (driver, node or pool, bus_id)
-            shares = {use["counterSet"] for use in device.get("consumesCounters") or []}
             if key in bus_ids and not (shares & counter_sets[key]):
                 defects.append(f"driver {driver}: {STD}pciBusID {bus_id!r} is published for two devices on "
                                f"{'node ' + node if node else 'pool ' + pool}: {bus_ids[key]} and {where}")

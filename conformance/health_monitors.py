@@ -5,16 +5,16 @@ in test_health_monitor.py judge a monitor only through these and the API.
 - `ReferenceMonitor` (default): fake_devices/healthmonitor.py as its own process, fed by the fake
   driver's fault ConfigMap (the driver itself runs with the `no-fault-taints` variant, so every
   taint the tests see comes from the monitor's rules, not from the slices).
-- `CommandMonitor`: the hook for vendor mode. A vendor's monitor is reached through commands the
-  vendor names, e.g. in a future `healthMonitor` section of the vendor file:
+- `CommandMonitor`: a vendor's monitor (vendor mode), reached through the commands of the vendor
+  file's `healthMonitor` section (harness/config/vendor.py checks it at load):
 
       healthMonitor:
         ruleSelector: acme.example/health-monitor=node-agent   # label selector of its DeviceTaintRules
         inject: [acme-fault, inject, "{node}", "{device}", "{kind}"]   # kind: degraded | failed
         recover: [acme-fault, clear, "{node}", "{device}"]
 
-  `CommandMonitor(section)` runs them with the placeholders filled in (no shell). Until the vendor
-  file has that field (harness/config/vendor.py), vendor mode skips these tests and says why.
+  `CommandMonitor(vendor.health_monitor)` runs them with the placeholders filled in (no shell). The
+  harness does not run a vendor's monitor, so it cannot stop it: `stop` returns None.
 """
 
 from __future__ import annotations
@@ -110,16 +110,26 @@ class ReferenceMonitor:
 class CommandMonitor:
     """A vendor's monitor, reached through the commands of a `healthMonitor` section (see above)."""
 
-    def __init__(self, section: dict):
-        self.rule_selector = section["ruleSelector"]
-        self._inject, self._recover = list(section["inject"]), list(section["recover"])
+    COMMAND_TIMEOUT = 60.0
+
+    def __init__(self, section):
+        """`section`: harness.config.vendor.HealthMonitor (rule_selector, inject, recover)."""
+        self.rule_selector = section.rule_selector
+        self._inject, self._recover = list(section.inject), list(section.recover)
         self.name = self.rule_selector
+        self._ran: list[str] = []  # what it ran, with output, for failure messages
 
     def _run(self, argv: list[str], **values: str) -> None:
-        filled = [arg.format(**values) for arg in argv]
-        done = subprocess.run(filled, capture_output=True, text=True, timeout=60)
+        filled = [argv[0], *(arg.format(**values) for arg in argv[1:])]
+        try:
+            done = subprocess.run(filled, capture_output=True, text=True, timeout=self.COMMAND_TIMEOUT,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"health monitor command {filled} did not finish in {self.COMMAND_TIMEOUT:.0f}s")
+        self._ran.append(f"$ {' '.join(filled)} -> {done.returncode}\n{(done.stdout + done.stderr).strip()[-500:]}")
         if done.returncode != 0:
-            raise AssertionError(f"{filled} exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
+            raise AssertionError(f"health monitor command {filled} exited with {done.returncode}: "
+                                 f"{(done.stderr or done.stdout).strip()[-2000:]}")
 
     def inject(self, target: Target, state: str) -> None:
         self._run(self._inject, node=target.node, driver=target.driver, pool=target.pool, device=target.device,
@@ -128,8 +138,11 @@ class CommandMonitor:
     def recover(self, target: Target) -> None:
         self._run(self._recover, node=target.node, driver=target.driver, pool=target.pool, device=target.device)
 
+    def stop(self, timeout: float = 0.0) -> int | None:
+        return None  # not ours to stop
+
     def tail(self, lines: int = 30) -> str:
-        return ""
+        return "\n".join(self._ran[-lines:])
 
 
 def rules_of(k8s, monitor) -> list:

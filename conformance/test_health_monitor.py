@@ -25,12 +25,14 @@ from conformance import checks, objects
 from conformance.health_monitors import (
     DEGRADED,
     FAILED,
+    CommandMonitor,
     ReferenceMonitor,
     Target,
     describe_rules,
     rules_of,
     selected,
 )
+from conformance.under_test import DevicePool
 from fake_devices import faults
 from fake_devices.controller import FakeDriver
 from fake_devices.healthmonitor import MONITOR_LABEL
@@ -46,20 +48,32 @@ EVICTION = ("DeletionByDeviceTaintManager", "Device Taint manager: deleting due 
 
 @dataclass
 class HealthSetup:
-    monitor: ReferenceMonitor
-    fake: FakeDriver
-    node: str
-    gpu_class: str
+    """The monitor under test and two free devices of the driver it watches (`pool`)."""
+
+    monitor: ReferenceMonitor | CommandMonitor
+    pool: DevicePool
+
+    @property
+    def fake(self) -> FakeDriver | None:
+        return self.pool.fake
+
+    @property
+    def node(self) -> str:
+        return self.pool.node
 
     def target(self, device: str) -> Target:
-        return Target(self.node, self.fake.drivers.gpu, self.node, device)
+        return Target(self.pool.node, self.pool.driver, self.pool.pool, device)
 
+    def other(self, device: str) -> str:
+        first, second = self.pool.names[:2]
+        return second if device == first else first
 
-def _skip_in_vendor_mode(request) -> None:
-    vendor = vendor_driver(request.config)
-    if vendor is not None:
-        pytest.skip("the vendor file names no healthMonitor (the hook is CommandMonitor in "
-                    "conformance/health_monitors.py; see docs/conformance.md)")
+    def template(self, name: str, request: dict | None = None) -> dict:
+        """A claim template of one device among the two (or of `request`, one of `self.pool.request`)."""
+        return objects.claim_template(name, requests=[request or self.pool.request()])
+
+    def pod(self, name: str, template: str) -> dict:
+        return self.pool.pod(objects.pod_with_template_claim(name, template))
 
 
 def _stop_and_check_clean(k8s, monitor: ReferenceMonitor) -> None:
@@ -71,14 +85,45 @@ def _stop_and_check_clean(k8s, monitor: ReferenceMonitor) -> None:
                                         f"{describe_rules(leftover)}\n{monitor.tail()}")
 
 
-@pytest.fixture
-def health(request, k8s, dra_cluster, fake_driver, simulated_node, unique_name, tmp_path):
-    """The fake driver (faults not published as taints) on a simulated node, and the monitor under test."""
-    _skip_in_vendor_mode(request)
-    fake = fake_driver({simulated_node: "tiny"}, variant="no-fault-taints")  # gpu-0, gpu-1
-    monitor = ReferenceMonitor(unique_name("hm"), dra_cluster.kubeconfig, fake, tmp_path).start()
+def _recovered_clean(k8s, setup: HealthSetup) -> None:
+    """A vendor's monitor (not ours to stop or to clean up after): both devices made healthy again, and
+    its rules gone within DEADLINE, or a failure naming the rules it left."""
+    monitor = setup.monitor
+    for device in setup.pool.names:
+        monitor.recover(setup.target(device))
     try:
-        yield HealthSetup(monitor, fake, simulated_node, f"{fake.config.instance}-gpu")
+        released(k8s, monitor)
+    except wait.WaitTimeout:
+        pytest.fail(f"health monitor {monitor.name} (driver {setup.pool.driver}, node {setup.node}) kept its rules "
+                    f"{DEADLINE} s after both devices recovered: {describe_rules(rules_of(k8s, monitor))}\n"
+                    f"{monitor.tail()}", pytrace=False)
+
+
+@pytest.fixture
+def health(request, k8s, dra_cluster, devices_under_test, tmp_path, unique_name):
+    """Two free devices of the driver under test and the monitor under test: the reference monitor over
+    the fake driver (faults not published as taints) on a simulated node, or the vendor's monitor of its
+    driver, reached through the vendor file's spec.healthMonitor commands."""
+    vendor = vendor_driver(request.config)
+    if vendor is not None:
+        if vendor.health_monitor is None:
+            pytest.skip(f"the vendor file {vendor.source} names no spec.healthMonitor (the label selector of the "
+                        "DeviceTaintRules your monitor owns and the commands that make a device unhealthy and "
+                        "healthy again): the harness cannot reach your monitor")
+        setup = HealthSetup(CommandMonitor(vendor.health_monitor), devices_under_test(2))
+        if rules_of(k8s, setup.monitor):  # each test counts the monitor's rules: it must start with none
+            pytest.skip(f"health monitor {setup.monitor.name} already isolates devices "
+                        f"({describe_rules(rules_of(k8s, setup.monitor))}); these tests need it to own no rule "
+                        "when they start")
+        try:
+            yield setup
+        finally:
+            _recovered_clean(k8s, setup)
+        return
+    pool = devices_under_test(2, variant="no-fault-taints")  # tiny: gpu-0, gpu-1
+    monitor = ReferenceMonitor(unique_name("hm"), dra_cluster.kubeconfig, pool.fake, tmp_path).start()
+    try:
+        yield HealthSetup(monitor, pool)
     finally:
         _stop_and_check_clean(k8s, monitor)
 
@@ -108,16 +153,18 @@ def _device(k8s, ns: str, pod: str) -> str:
 
 
 def _no_slice_taints(k8s, setup: HealthSetup) -> None:
-    """Control: the driver publishes no taint, so whatever isolates a device is the monitor's rule."""
-    for device in ("gpu-0", "gpu-1"):
-        assert checks.device_taints(k8s, setup.fake.drivers.gpu, setup.node, device) == []
+    """Control (the fake driver, no-fault-taints): the driver publishes no taint, so whatever isolates a
+    device is the monitor's rule. A vendor's driver may taint its devices too: not checked."""
+    if setup.fake is not None:
+        for device in setup.pool.names:
+            assert checks.device_taints(k8s, setup.pool.driver, setup.pool.pool, device) == []
 
 
 def test_failed_device_gets_a_no_execute_rule_that_evicts_only_its_pod(k8s, dra_namespace, health):
     ns = dra_namespace
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("any-gpu", health.gpu_class))
+    k8s.resource.create_namespaced_resource_claim_template(ns, health.template("any-gpu"))
     for pod in ("victim", "bystander"):
-        k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim(pod, "any-gpu"))
+        k8s.core.create_namespaced_pod(ns, health.pod(pod, "any-gpu"))
         checks.running(k8s, ns, pod)
     target = health.target(_device(k8s, ns, "victim"))
 
@@ -132,7 +179,7 @@ def test_failed_device_gets_a_no_execute_rule_that_evicts_only_its_pod(k8s, dra_
     _no_slice_taints(k8s, health)
 
     # While the rule stands the device takes no new pod; recovery deletes the rule and gives it back.
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("after", "any-gpu"))
+    k8s.core.create_namespaced_pod(ns, health.pod("after", "any-gpu"))
     checks.unschedulable(k8s, ns, "after")
     health.monitor.recover(target)
     released(k8s, health.monitor)
@@ -142,11 +189,11 @@ def test_failed_device_gets_a_no_execute_rule_that_evicts_only_its_pod(k8s, dra_
 
 def test_degraded_device_gets_a_no_schedule_rule_and_its_pod_keeps_running(k8s, dra_namespace, health):
     ns = dra_namespace
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("any-gpu", health.gpu_class))
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("resident", "any-gpu"))
+    k8s.resource.create_namespaced_resource_claim_template(ns, health.template("any-gpu"))
+    k8s.core.create_namespaced_pod(ns, health.pod("resident", "any-gpu"))
     checks.running(k8s, ns, "resident")
     target = health.target(_device(k8s, ns, "resident"))
-    other = {"gpu-0": "gpu-1", "gpu-1": "gpu-0"}[target.device]
+    other = health.other(target.device)
 
     with checks.PodHistory(k8s, ns) as history:
         health.monitor.inject(target, DEGRADED)
@@ -155,10 +202,10 @@ def test_degraded_device_gets_a_no_schedule_rule_and_its_pod_keeps_running(k8s, 
         condition = checks.rule_condition(k8s, rule.metadata.name, "OtherEffect")
         assert condition.message == "Eviction only happens for the NoExecute effect."
         # No new allocation on the degraded device: the next pod gets the other one, a third waits.
-        k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("newcomer", "any-gpu"))
+        k8s.core.create_namespaced_pod(ns, health.pod("newcomer", "any-gpu"))
         checks.running(k8s, ns, "newcomer")
         assert _device(k8s, ns, "newcomer") == other
-        k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("third", "any-gpu"))
+        k8s.core.create_namespaced_pod(ns, health.pod("third", "any-gpu"))
         assert "cannot allocate all claims" in checks.unschedulable(k8s, ns, "third").message
         checks.untouched(k8s, history, ns, "resident")
     _no_slice_taints(k8s, health)
@@ -180,10 +227,10 @@ def test_escalation_to_failed_evicts_a_tolerating_pod_after_its_toleration_secon
     ns = dra_namespace
     seconds = TOLERATION_SECONDS
     # Tolerates any NoExecute taint for a while: whatever key the monitor uses.
-    patient = objects.tolerating(objects.request(health.gpu_class),
+    patient = objects.tolerating(health.pool.request(),
                                  {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds})
-    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("patient", requests=[patient]))
-    k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("patient", "patient"))
+    k8s.resource.create_namespaced_resource_claim_template(ns, health.template("patient", patient))
+    k8s.core.create_namespaced_pod(ns, health.pod("patient", "patient"))
     checks.running(k8s, ns, "patient")
     target = health.target(_device(k8s, ns, "patient"))
 
@@ -207,14 +254,18 @@ def test_escalation_to_failed_evicts_a_tolerating_pod_after_its_toleration_secon
 
 def test_monitor_touches_only_its_own_rules_and_removes_them_on_exit(k8s, dra_namespace, health, cluster_objects,
                                                                      unique_name):
-    monitor, target = health.monitor, health.target("gpu-0")
+    if health.fake is None:
+        pytest.skip("needs a monitor the harness runs (to stop it and see it remove its rules) and the reference "
+                    "monitor's label for a peer's rules; the harness does not run your monitor")
+    first, second = health.pool.names[:2]
+    monitor, target = health.monitor, health.target(first)
     # Rules the monitor does not own: an admin's, and one labelled for another monitor of the same kind.
     foreign = [
-        cluster_objects.device_taint_rule(faults.taint_rule(unique_name("admin"), "None", driver=health.fake.drivers.gpu,
-                                                            pool=health.node, device="gpu-1")),
+        cluster_objects.device_taint_rule(faults.taint_rule(unique_name("admin"), "None", driver=health.pool.driver,
+                                                            pool=health.pool.pool, device=second)),
         cluster_objects.device_taint_rule({**faults.taint_rule(unique_name("peer"), "None",
-                                                               driver=health.fake.drivers.gpu, pool=health.node,
-                                                               device="gpu-0"),
+                                                               driver=health.pool.driver, pool=health.pool.pool,
+                                                               device=first),
                                            "metadata": {"name": unique_name("peer"),
                                                         "labels": {MONITOR_LABEL: unique_name("other-hm")}}}),
     ]
@@ -226,10 +277,10 @@ def test_monitor_touches_only_its_own_rules_and_removes_them_on_exit(k8s, dra_na
 
     monitor.inject(target, FAILED)
     isolated(k8s, monitor, target, "NoExecute")
-    monitor.inject(health.target("gpu-1"), DEGRADED)  # a change: the monitor reconciles again
-    wait.until("the monitor to isolate gpu-1 too", lambda: len(rules_of(k8s, monitor)) == 2, DEADLINE,
+    monitor.inject(health.target(second), DEGRADED)  # a change: the monitor reconciles again
+    wait.until(f"the monitor to isolate {second} too", lambda: len(rules_of(k8s, monitor)) == 2, DEADLINE,
                diagnostics=lambda: f"rules now: {describe_rules(rules_of(k8s, monitor))}\n{monitor.tail()}")
-    assert sorted(selected(r) for r in rules_of(k8s, monitor)) == [target.selector, health.target("gpu-1").selector]
+    assert sorted(selected(r) for r in rules_of(k8s, monitor)) == [target.selector, health.target(second).selector]
 
     assert monitor.stop() == 0, monitor.tail()
     assert rules_of(k8s, monitor) == [], "rules left behind by a cleanly stopped monitor"

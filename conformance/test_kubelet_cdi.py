@@ -11,6 +11,7 @@ knows for the local backend's real nodes only.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -115,3 +116,84 @@ def test_container_receives_the_cdi_edits_of_its_claim(k8s, dra_namespace, dra_c
         left = under_test.cdi_specs_of(cdi_dir, claim.metadata.uid)
         pytest.fail(f"{where}: NodeUnprepareResources left CDI spec(s) behind 60 s after the pod went: "
                     f"{', '.join(map(str, left))}", pytrace=False)
+
+
+def _registration_dir(request, node: str) -> Path | None:
+    """The kubelet's plugin registration directory on `node`, where the harness knows it: the local
+    backend's real node (the fake driver's plugins there, or the vendor's plugin it started)."""
+    from harness.pytest_plugin import vendor_driver
+
+    if vendor_driver(request.config) is None:
+        return request.getfixturevalue("real_node").node.dirs.plugins_registry
+    from harness import vendor_plugin
+
+    return next((p.registration_dir for p in vendor_plugin.load_plugins() if p.node == node), None)
+
+
+def advertised_services(registration_dir: Path, driver: str) -> tuple[Path, list[str]] | None:
+    """(registration socket, supported_versions) of `driver`'s plugin, as the kubelet's plugin watcher
+    reads them (Registration.GetInfo on the newest `<driver>...reg.sock`); None when it has no socket."""
+    import grpc
+
+    from fake_devices.kubeletplugin.generated import pluginregistration_v1_pb2 as registration
+    from fake_devices.kubeletplugin.generated import pluginregistration_v1_pb2_grpc as registration_grpc
+
+    sockets = sorted((p for p in registration_dir.glob("*reg.sock") if p.name.startswith(driver)),
+                     key=lambda p: p.stat().st_mtime, reverse=True)
+    for socket in sockets:
+        with grpc.insecure_channel(f"unix:{socket}") as channel:
+            request = registration.InfoRequest()  # type: ignore[attr-defined]  # generated, no stubs
+            info = registration_grpc.RegistrationStub(channel).GetInfo(request, timeout=10)
+        if info.name == driver:
+            return socket, list(info.supported_versions)
+    return None
+
+
+@pytest.mark.dra_feature("ResourceHealthStatus", maturity="beta", discovered=True)
+def test_plugin_health_reaches_allocated_resources_status(request, k8s, dra_namespace, kubelet_pool, record_property):
+    """Where the driver's plugin serves DRAResourceHealth (its registration advertises it), the kubelet
+    reports the health of the claim's device in the container's allocatedResourcesStatus: Healthy for
+    a free device without a taint. A plugin that serves no health: not applicable (a failure if the
+    vendor file claims ResourceHealthStatus)."""
+    from harness.pytest_plugin import vendor_driver
+
+    ns, pool = dra_namespace, kubelet_pool
+    registration_dir = _registration_dir(request, pool.node)
+    if registration_dir is None:
+        pytest.skip(f"the kubelet's plugin registration directory on node {pool.node} is not known to the harness "
+                    "(it knows the local backend's real node, where it starts the plugin from spec.kubeletPlugin): "
+                    f"it cannot ask the plugin of {pool.driver} whether it serves DRAResourceHealth")
+    found = advertised_services(registration_dir, pool.driver)
+    assert found is not None, f"driver {pool.driver}: no registration socket of its plugin in {registration_dir} on " \
+                              f"node {pool.node}, yet its devices there are prepared by the kubelet"
+    socket, versions = found
+    if not any(v.endswith(".DRAResourceHealth") for v in versions):
+        vendor = vendor_driver(request.config)
+        claimed = vendor is not None and "ResourceHealthStatus" in vendor.features
+        assert not claimed, (f"{vendor.source if vendor else ''}: spec.features claims ResourceHealthStatus, but the "
+                             f"plugin of {pool.driver} on node {pool.node} serves no DRAResourceHealth (its "
+                             f"registration {socket} advertises {versions})")
+        record_property("dra_not_applicable", f"{pool.driver} serves no DRAResourceHealth")
+        pytest.skip(f"not applicable: {pool.driver} serves no DRAResourceHealth (its registration on node {pool.node} "
+                    f"advertises {', '.join(versions)})")
+
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("one"))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("health", "one")))
+    checks.containers_running(k8s, ns, "health", timeout=120)
+    claim = checks.pod_claim(k8s, ns, "health")
+    (result,) = claim.status.allocation.devices.results
+    where = (f"driver {pool.driver} (serves {', '.join(v for v in versions if 'Health' in v)}), node {pool.node}, "
+             f"claim {ns}/{claim.metadata.name}, device {result.driver}/{result.pool}/{result.device}")
+
+    def reported() -> dict[str, str]:
+        statuses = k8s.core.read_namespaced_pod("health", ns).status.container_statuses or []
+        return {r.resource_id: r.health for entry in (statuses[0].allocated_resources_status or [] if statuses else [])
+                if entry.name == "claim:gpu" or entry.name.startswith("claim:gpu/") for r in entry.resources or []}
+
+    try:
+        wait.until(f"the kubelet to report the device of {where} Healthy in allocatedResourcesStatus",
+                   lambda: set(reported().values()) == {"Healthy"}, 60)
+    except wait.WaitTimeout:
+        pytest.fail(f"{where}: allocatedResourcesStatus of pod health reports {reported() or 'nothing'} 60 s after "
+                    "it started, not Healthy (the plugin's DRAResourceHealth stream did not report the device, or "
+                    "reported it unhealthy)", pytrace=False)

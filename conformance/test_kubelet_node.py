@@ -1,6 +1,7 @@
 """The node half of DRA, on a node run by a real kubelet: plugin registration, NodePrepareResources
 and CDI injection into a real container, NodeUnprepareResources, device health in the pod's status,
-a driver restart, and the kubelet wiping a dead driver's slices.
+and the kubelet wiping a dead driver's slices. (A plugin crash and restart, for any driver, is
+test_kubelet_plugin_lifecycle.py's.)
 
 Each test runs the fake driver for its own driver names on the real node (`real_node` fixture): the
 control-plane half publishes the `tiny` profile there, the kubelet plugin (one process per driver
@@ -126,21 +127,6 @@ def test_device_health_reaches_allocated_resources_status(k8s: Clients, dra_name
     faults.set_fault(k8s.core, ns, fake.config.faults_configmap, real_node.name, result.device, None)
     wait.until("the device to be reported Healthy again", lambda: health_of_device() == {"Healthy"}, 60,
                diagnostics=lambda: wait.describe_namespace(k8s, ns))
-
-
-@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
-def test_driver_restart_keeps_prepared_claims(k8s: Clients, dra_namespace, real_node, node_driver):
-    ns = dra_namespace
-    _, driver = _prepared_pod(k8s, ns, real_node.name, "survivor")
-
-    real_node.restart(driver, kill=True)  # a crash: no clean shutdown, state only in the checkpoint
-    pod = k8s.core.read_namespaced_pod("survivor", ns)
-    assert pod.status.phase == "Running" and pod.status.container_statuses[0].restart_count == 0
-    assert len(real_node.cdi_specs(driver)) == 1
-    # The restarted plugin still knows the claim: unprepare succeeds and cleans up.
-    k8s.core.delete_namespaced_pod("survivor", ns)
-    _wait_gone(k8s, ns, "survivor")
-    assert real_node.cdi_specs(driver) == []
 
 
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")

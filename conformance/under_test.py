@@ -28,6 +28,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 
 import pytest
@@ -90,17 +91,63 @@ def attribute_literal(device: dict, name: str):
     return json.dumps(value) if kind == "string" else str(value)
 
 
+def _cel_attribute(driver: str, key: str) -> str:
+    domain, _, local = key.rpartition("/")
+    return f'device.attributes["{domain or driver}"].{local}'
+
+
+def _pinnable(attribute: dict) -> bool:
+    kind, _ = _value(attribute)
+    return kind in ("string", "int", "bool")
+
+
+def fingerprint(driver: str, device: dict, keys: frozenset[str]) -> str:
+    """CEL true for the devices of `driver` whose string, int and bool attributes are exactly those of
+    `device` (`keys`: every such attribute name the driver publishes; the others must be absent)."""
+    attributes = device.get("attributes") or {}
+    terms = []
+    for key in sorted(keys):
+        attribute = attributes.get(key)
+        cel = _cel_attribute(driver, key)
+        if attribute is None or not _pinnable(attribute):
+            terms.append(f"!has({cel})")
+            continue
+        kind, value = _value(attribute)
+        literal = json.dumps(value) if kind in ("string", "bool") else str(value)  # JSON true/false is CEL's
+        terms.append(f"has({cel}) && {cel} == {literal}")
+    return " && ".join(terms) or "true"
+
+
+def fingerprint_keys(devices: list[dict]) -> frozenset[str]:
+    return frozenset(k for d in devices for k, a in (d.get("attributes") or {}).items() if _pinnable(a))
+
+
+def _fingerprint_value(device: dict, keys: frozenset[str]) -> tuple:
+    attributes = device.get("attributes") or {}
+    return tuple((k, _value(attributes[k])) if k in attributes else (k, None) for k in sorted(keys))
+
+
+def fingerprints_unique(devices: list[dict]) -> bool:
+    keys = fingerprint_keys(devices)
+    values = [_fingerprint_value(d, keys) for d in devices]
+    return len(set(values)) == len(values)
+
+
 class DevicePool:
     """`count` free devices of one driver on one node, and how to ask for them."""
 
     def __init__(self, k8s: Clients, cluster_objects, unique_name, *, driver: str, device_class: str, node: str,
-                 devices: list[Device], identity: tuple[str, str], identity_name: str, kubelet: bool, image: str,
-                 pull_policy: str, vendor: bool, fake=None):
+                 devices: list[Device], identity: tuple[str, str] | None, identity_name: str, kubelet: bool,
+                 image: str, pull_policy: str, vendor: bool, fake=None, counter_sets: tuple[CounterSet, ...] = (),
+                 attribute_keys: frozenset[str] = frozenset()):
         self.k8s, self._objects, self._unique_name = k8s, cluster_objects, unique_name
         self.driver, self.device_class, self.node = driver, device_class, node
         self.devices, self.kubelet, self.image, self.pull_policy = devices, kubelet, image, pull_policy
         self.vendor, self.fake = vendor, fake
-        self._identity, self._identity_name = identity, identity_name
+        self.counter_sets = counter_sets  # partitionable devices: the sets the pool's devices consume from
+        # identity None: no single attribute tells the driver's devices apart (partitions sharing their
+        # device's uuid); a device is then pinned by all its attributes (`fingerprint`)
+        self._identity, self._identity_name, self._keys = identity, identity_name, attribute_keys
 
     # --- asking for devices -----------------------------------------------------------------
 
@@ -119,6 +166,8 @@ class DevicePool:
     def only(self, *devices: Device | str) -> str:
         """CEL true for exactly these devices (default: all the pool's) among all of the driver's."""
         chosen = [d if isinstance(d, Device) else self.device(d) for d in devices] or self.devices
+        if self._identity is None:
+            return " || ".join(f"({fingerprint(self.driver, d.published, self._keys)})" for d in chosen)
         values = ", ".join(attribute_literal(d.published, self._identity_name) for d in chosen)
         cel = self._identity[0]
         return f"has({cel}) && {cel} in [{values}]"
@@ -202,9 +251,11 @@ def in_use(k8s: Clients) -> set[tuple[str, str, str]]:
     return used
 
 
-def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | None = None) -> dict[tuple[str, str], list[Device]]:
+def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | None = None, *,
+                 shareable: bool = False) -> dict[tuple[str, str], list[Device]]:
     """{(driver, node): free devices}: published on that node, selected (if given), not held by a claim,
-    without a blocking taint, consuming no shared counters (so each one stands alone)."""
+    without a blocking taint, consuming no shared counters (so each one stands alone), and allowing
+    one allocation only (or, `shareable`, several: consumable capacity)."""
     slices = _newest_slices([k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items
                              if s.spec.driver in drivers])
     used = in_use(k8s)
@@ -216,6 +267,8 @@ def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | No
         for device in s["spec"].get("devices") or []:
             key = (s["spec"]["driver"], s["spec"]["pool"]["name"], device["name"])
             if selected is not None and key not in selected or key in used or device.get("consumesCounters"):
+                continue
+            if bool(device.get("allowMultipleAllocations")) != shareable:
                 continue
             if any(t.get("effect") in BLOCKING_EFFECTS for t in device.get("taints") or []):
                 continue
@@ -326,7 +379,8 @@ def _identity_name(driver: str, devices: list[Device], cel: str) -> str:
     raise AssertionError(f"{cel} names no attribute of {devices[0].path}")
 
 
-def fake_pool(k8s: Clients, fake_driver, simulated_node: str, count: int, make, real_node=None) -> DevicePool:
+def fake_pool(k8s: Clients, fake_driver, simulated_node: str, count: int, make, real_node=None,
+              **options) -> DevicePool:
     """A fresh fake-driver instance whose profile has at least `count` GPUs on a simulated node, or on
     the local backend's real node (`real_node`: its kubelet plugins started there)."""
     profile = next((p for n, p in FAKE_PROFILES if n >= count), None)
@@ -334,7 +388,7 @@ def fake_pool(k8s: Clients, fake_driver, simulated_node: str, count: int, make, 
         pytest.skip(f"no fake-driver profile has {count} GPUs on one node")
     if real_node is not None:
         simulated_node = real_node.name
-    fake = fake_driver({simulated_node: profile})
+    fake = fake_driver({simulated_node: profile}, **options)
     if real_node is not None:
         real_node.run_for(fake)
     driver = fake.drivers.gpu
@@ -346,6 +400,226 @@ def fake_pool(k8s: Clients, fake_driver, simulated_node: str, count: int, make, 
                 devices=devices[:count], identity=identity, identity_name=_identity_name(driver, devices, identity[0]),
                 kubelet=real_node is not None, image=node_facts.PAUSE_IMAGE if real_node else objects.PAUSE_IMAGE,
                 pull_policy="Never" if real_node else "IfNotPresent", vendor=False, fake=fake)
+
+
+# --- partitionable devices: devices that consume shared counters -----------------------------------
+
+def quantity(text) -> Decimal:
+    from fake_devices.quantity import parse
+
+    return parse(str(text))
+
+
+@dataclass(frozen=True)
+class CounterSet:
+    """One shared counter set of a pool and the devices of the pool that consume from it (and from no
+    other set): the partitions of one physical device, as the slices describe them."""
+
+    driver: str
+    pool: str
+    node: str
+    name: str
+    counters: dict = field(hash=False, compare=False)  # counter -> Decimal
+    devices: tuple[Device, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return f"counter set {self.name} of pool {self.driver}/{self.pool}"
+
+    def consumes(self, device: Device) -> dict[str, Decimal]:
+        (use,) = [u for u in device.published.get("consumesCounters") or [] if u.get("counterSet") == self.name]
+        return {c: quantity(v["value"]) for c, v in (use.get("counters") or {}).items()}
+
+    def fits(self, device: Device, taken) -> bool:
+        """Whether `device` can be allocated beside `taken` (devices of this set) by the counters."""
+        left = dict(self.counters)
+        for other in taken:
+            for counter, value in self.consumes(other).items():
+                left[counter] = left.get(counter, Decimal(0)) - value
+        return all(value <= left.get(counter, Decimal(0)) for counter, value in self.consumes(device).items())
+
+    def share(self, device: Device) -> Decimal:
+        """How much of the set the device takes (the sum of its fractions of each counter)."""
+        return sum((value / self.counters[c] for c, value in self.consumes(device).items() if self.counters.get(c)),
+                   Decimal(0))
+
+    def blocker(self) -> Device | None:
+        """The largest device that, allocated, leaves room for no other device of the set (a whole GPU)."""
+        found = [d for d in self.devices if self.fits(d, []) and not any(self.fits(e, [d]) for e in self.devices
+                                                                       if e != d)]
+        return max(found, key=lambda d: (self.share(d), d.name), default=None)
+
+    def fill(self) -> tuple[list[Device], list[Device]]:
+        """Smallest first, each device taken while it fits: (the devices that fit together, the others).
+        None of the others fits beside the first: each did not fit when fewer were taken."""
+        taken: list[Device] = []
+        rest: list[Device] = []
+        for device in sorted(self.devices, key=lambda d: (self.share(d), len(d.name), d.name)):
+            (taken if self.fits(device, taken) else rest).append(device)
+        return taken, rest
+
+    def describe(self, devices=None) -> str:
+        chosen = self.devices if devices is None else devices
+        def published(device: Device) -> str:  # the quantities as the slice writes them
+            (use,) = [u for u in device.published.get("consumesCounters") or [] if u.get("counterSet") == self.name]
+            return ", ".join(f"{c} {v['value']}" for c, v in sorted((use.get("counters") or {}).items()))
+
+        return ", ".join(f"{d.name} ({published(d)})" for d in chosen)
+
+
+def counter_sets(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | None = None
+                 ) -> dict[tuple[str, str], list[CounterSet]]:
+    """{(driver, node): free counter sets}: node-local sets with at least two devices (selected, if
+    given) consuming from them alone, none of the set's devices allocated or carrying a blocking taint."""
+    slices = _newest_slices([k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items
+                             if s.spec.driver in drivers])
+    used = in_use(k8s)
+    shared: dict[tuple[str, str], dict[str, dict[str, Decimal]]] = {}
+    members: dict[tuple[str, str, str], list[Device]] = {}
+    for s in slices:
+        driver, pool = s["spec"]["driver"], s["spec"]["pool"]["name"]
+        for counter_set in s["spec"].get("sharedCounters") or []:
+            shared.setdefault((driver, pool), {})[counter_set["name"]] = {
+                c: quantity(v["value"]) for c, v in (counter_set.get("counters") or {}).items()}
+        node = s["spec"].get("nodeName")
+        for device in s["spec"].get("devices") or [] if node else []:
+            uses = device.get("consumesCounters") or []
+            if len(uses) == 1:
+                members.setdefault((driver, pool, uses[0]["counterSet"]), []).append(
+                    Device(driver, pool, device["name"], node, device))
+    found: dict[tuple[str, str], list[CounterSet]] = {}
+    for (driver, pool, name), devices in sorted(members.items()):
+        counters = shared.get((driver, pool), {}).get(name)
+        if counters is None or any((d.driver, d.pool, d.name) in used for d in devices):
+            continue
+        if any(t.get("effect") in BLOCKING_EFFECTS for d in devices for t in d.published.get("taints") or []):
+            continue
+        if selected is not None:
+            devices = [d for d in devices if (d.driver, d.pool, d.name) in selected]
+        if len(devices) >= 2:
+            devices.sort(key=lambda d: (len(d.name), d.name))
+            found.setdefault((driver, devices[0].node), []).append(
+                CounterSet(driver, pool, devices[0].node, name, counters, tuple(devices)))
+    return found
+
+
+def partition_pool(k8s: Clients, drivers, classes, kubelet_nodes, sets: int, make, **pool_options) -> DevicePool:
+    """`sets` free counter sets of one driver on one node, with their devices, selected by one of
+    `classes` (DeviceClass names); prefers a node run by a kubelet. Skips naming what is missing."""
+    from conformance import class_selectors
+
+    everything = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
+    best: tuple | None = None
+    seen = []
+    for device_class in sorted(set(classes)):
+        body = k8s.api_client.sanitize_for_serialization(k8s.resource.read_device_class(device_class))
+        selection = class_selectors.evaluate(body, everything)
+        selected = None if selection.not_evaluated else set(selection.selected)
+        for (driver, node), found in counter_sets(k8s, drivers, selected).items():
+            seen.append(f"{len(found)} on {node} (driver {driver}, class {device_class})")
+            rank = (len(found) >= sets, node in kubelet_nodes, len(found))
+            if best is None or rank > best[0]:
+                best = (rank, driver, device_class, node, found)
+    if best is None or not best[0][0]:
+        pytest.skip(f"needs {sets} free shared counter set(s) of one driver on one node, each with two or more "
+                    f"devices consuming from it alone (partitionable devices) that a class selects; found: "
+                    f"{', '.join(seen) or 'none'} (drivers {', '.join(drivers)}, classes {', '.join(classes)})")
+    _, driver, device_class, node, found = best
+    chosen = tuple(found[:sets])
+    published = all_devices(k8s, driver)
+    identity = identity_attribute(driver, published)
+    devices = [d for counter_set in chosen for d in counter_set.devices]
+    if identity is None and not fingerprints_unique(published):
+        pytest.skip(f"driver {driver} publishes two devices with the same attributes: a test cannot ask for "
+                    "particular devices")
+    return make(driver=driver, device_class=device_class, node=node, devices=devices, identity=identity,
+                identity_name=_identity_name(driver, devices, identity[0]) if identity else "",
+                kubelet=node in kubelet_nodes, counter_sets=chosen, attribute_keys=fingerprint_keys(published),
+                **pool_options)
+
+
+# --- shareable devices: consumable capacity -----------------------------------------------------
+
+def consumable(device: dict) -> dict[str, dict]:
+    """{capacity name: its published entry} of the capacities with a requestPolicy."""
+    return {name: entry for name, entry in (device.get("capacity") or {}).items() if entry.get("requestPolicy")}
+
+
+def _valid_values(entry: dict) -> list[Decimal]:
+    return sorted(quantity(v) for v in entry["requestPolicy"].get("validValues") or [])
+
+
+def smallest_valid(entry: dict, at_least: Decimal) -> Decimal | None:
+    """The amount the scheduler allocates for a request of `at_least` (rounded up by the request
+    policy), or None when no valid amount is that large (or the capacity is smaller)."""
+    value, policy = quantity(entry["value"]), entry["requestPolicy"]
+    found: Decimal | None
+    if policy.get("validValues"):
+        found = next((v for v in _valid_values(entry) if v >= at_least), None)
+    else:
+        valid = policy.get("validRange") or {}
+        low = quantity(valid.get("min", "0"))
+        step = quantity(valid["step"]) if valid.get("step") else None
+        found = low if at_least <= low else (
+            low + step * ((at_least - low) / step).to_integral_value(rounding=ROUND_CEILING) if step else at_least)
+        if valid.get("max") and found > quantity(valid["max"]):
+            found = None
+    return found if found is not None and found <= value else None
+
+
+def largest_valid(entry: dict, at_most: Decimal) -> Decimal | None:
+    """The largest amount a request may ask for and get exactly, no more than `at_most`."""
+    policy = entry["requestPolicy"]
+    if policy.get("validValues"):
+        return next((v for v in reversed(_valid_values(entry)) if v <= at_most), None)
+    valid = policy.get("validRange") or {}
+    low = quantity(valid.get("min", "0"))
+    at_most = min(at_most, quantity(valid["max"])) if valid.get("max") else at_most
+    if at_most < low:
+        return None
+    return low + quantity(valid["step"]) * ((at_most - low) // quantity(valid["step"])) if valid.get("step") \
+        else at_most
+
+
+def default_share(entry: dict) -> Decimal:
+    """What a request that names no amount of this capacity is allocated: the policy's default, else all."""
+    default = entry["requestPolicy"].get("default")
+    return quantity(default) if default is not None else quantity(entry["value"])
+
+
+def shareable_pool(k8s: Clients, drivers, classes, kubelet_nodes, count: int, make, **pool_options) -> DevicePool:
+    """`count` free devices of one driver on one node that allow multiple allocations and publish a
+    capacity with a request policy, selected by one of `classes`; prefers a node run by a kubelet.
+    Skips naming what is missing."""
+    from conformance import class_selectors
+
+    everything = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
+    best: tuple | None = None
+    seen = []
+    for device_class in sorted(set(classes)):
+        body = k8s.api_client.sanitize_for_serialization(k8s.resource.read_device_class(device_class))
+        selection = class_selectors.evaluate(body, everything)
+        selected = None if selection.not_evaluated else set(selection.selected)
+        for (driver, node), devices in free_devices(k8s, drivers, selected, shareable=True).items():
+            devices = [d for d in devices if consumable(d.published)]
+            seen.append(f"{len(devices)} on {node} (driver {driver}, class {device_class})")
+            rank = (len(devices) >= count, node in kubelet_nodes, len(devices))
+            if devices and (best is None or rank > best[0]):
+                best = (rank, driver, device_class, node, devices)
+    if best is None or not best[0][0]:
+        pytest.skip(f"needs {count} free device(s) of one driver on one node that allow multiple allocations and "
+                    f"publish a capacity with a requestPolicy (consumable capacity), selected by a class; found: "
+                    f"{', '.join(seen) or 'none'} (drivers {', '.join(drivers)}, classes {', '.join(classes)})")
+    _, driver, device_class, node, devices = best
+    published = all_devices(k8s, driver)
+    identity = identity_attribute(driver, published)
+    if identity is None and not fingerprints_unique(published):
+        pytest.skip(f"driver {driver} publishes two devices with the same attributes: a test cannot ask for "
+                    "particular devices")
+    chosen = devices[:count]
+    return make(driver=driver, device_class=device_class, node=node, devices=chosen, identity=identity,
+                identity_name=_identity_name(driver, chosen, identity[0]) if identity else "",
+                kubelet=node in kubelet_nodes, attribute_keys=fingerprint_keys(published), **pool_options)
 
 
 def known_cdi_dir(dra_cluster, node: str) -> Path | None:

@@ -17,6 +17,10 @@
                --registrar-dir={registrationDir}, --plugins-dir={pluginsDir}]
         env: {ACME_LOG_LEVEL: "4"}
       manifests: [acme-gpu-class.yaml]       # DeviceClasses the run creates before the tests and deletes after
+      healthMonitor:                         # your node health monitor, judged by conformance/test_health_monitor.py
+        ruleSelector: acme.example/health-monitor=node-agent   # label selector of the DeviceTaintRules it owns
+        inject: [acme-fault, inject, "{node}", "{device}", "{kind}"]   # make a device {kind}: degraded | failed
+        recover: [acme-fault, clear, "{node}", "{device}"]              # make it healthy again
 
 `load` checks the file alone (types, names, known features, the plugin's command and placeholders,
 the manifests); `check_against_cluster` checks it against the cluster under test (classes exist or are
@@ -62,6 +66,16 @@ PLUGIN_PLACEHOLDERS = {
 # What `{name}` in spec.kubeletPlugin.command stands for: where the harness keeps the binaries it builds
 # (the example driver's plugin among them), so a vendor file in the repository needs no absolute path.
 COMMAND_PLACEHOLDERS = ("binaryCache", "platform")
+# What `{name}` in spec.healthMonitor.inject and .recover stands for: the device a test makes unhealthy
+# (conformance/health_monitors.py fills them in); the first word of each may use COMMAND_PLACEHOLDERS.
+MONITOR_PLACEHOLDERS = {
+    "node": "the node the device is on",
+    "driver": "the device's driver",
+    "pool": "the device's pool",
+    "device": "the device's name in its pool",
+    "kind": "what to make it: degraded (still works: NoSchedule expected) or failed (NoExecute expected)",
+}
+RECOVER_PLACEHOLDERS = ("node", "driver", "pool", "device")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MANIFEST_API_VERSION = "resource.k8s.io/v1"
 MANIFEST_KINDS = ("DeviceClass",)
@@ -82,6 +96,17 @@ class KubeletPlugin:
 
     def environment(self, values: dict[str, str]) -> dict[str, str]:
         return {name: fill(value, values) for name, value in self.env.items()}
+
+
+@dataclass(frozen=True)
+class HealthMonitor:
+    """The vendor's node health monitor as the tests reach it: the label selector of the
+    DeviceTaintRules it owns and the commands (argv, no shell; the first word resolved to an executable
+    at load) that make a device unhealthy and healthy again, placeholders still in."""
+
+    rule_selector: str
+    inject: tuple[str, ...]
+    recover: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -135,6 +160,7 @@ class VendorDriver:
     source: str = ""  # the file it came from, for located errors later
     kubelet_plugin: KubeletPlugin | None = None  # the harness starts it on the local backend's real node
     manifests: tuple[Manifest, ...] = ()
+    health_monitor: HealthMonitor | None = None  # the tests of test_health_monitor.py reach it through commands
 
     @property
     def default_image(self) -> bool:
@@ -185,12 +211,79 @@ def load(path: str) -> VendorDriver:
         spec.fail("spec.pluginLog", "is set together with spec.kubeletPlugin, whose log the harness keeps itself",
                   "one of spec.pluginLog (you start the plugin) or spec.kubeletPlugin (the harness does)")
     manifests = _manifests(spec, Path(path).parent)
+    monitor = _health_monitor(spec, Path(path).parent) if "healthMonitor" in spec.data else None
     spec.done()
     top.done()
     if problems:
         raise InvalidInput(problems)
     return VendorDriver(name or "", tuple(drivers), classes, extended, frozenset(features),
-                        test_image or DEFAULT_TEST_IMAGE, node_selector, plugin_log, path, plugin, manifests)
+                        test_image or DEFAULT_TEST_IMAGE, node_selector, plugin_log, path, plugin, manifests, monitor)
+
+
+def _executable_problem(command: str, base: Path) -> tuple[str, str] | None:
+    """(what is wrong, the path looked at) when `command` (placeholders filled in) names no executable
+    file: a path (absolute, or relative to the vendor file) or a name on PATH."""
+    import shutil
+
+    if "/" not in command:
+        return None if shutil.which(command) else ("is not on PATH", os.environ.get("PATH", ""))
+    resolved = Path(command).expanduser()
+    resolved = resolved if resolved.is_absolute() else base / resolved
+    if resolved.is_file() and os.access(resolved, os.X_OK):
+        return None
+    return ("does not exist" if not resolved.exists() else "is not an executable file"), str(resolved)
+
+
+def _health_monitor(spec: Reader, base: Path) -> HealthMonitor | None:
+    """spec.healthMonitor: a label selector and two commands whose placeholders are known."""
+    section = spec.mapping("healthMonitor")
+    if not isinstance(spec.data.get("healthMonitor"), dict):
+        return None  # the reader said it must be a mapping
+    before = len(spec.problems)
+    selector = section.str("ruleSelector", required=True)
+    if selector is not None and (not selector.strip() or
+                                 not all(SELECTOR_TERM.match(term) for term in selector.split(","))):
+        section.fail("spec.healthMonitor.ruleSelector", f"{selector!r} is not a label selector",
+                     "comma-separated key=value, key!=value, key or !key terms naming the DeviceTaintRules "
+                     "your monitor owns, e.g. acme.example/health-monitor=node-agent")
+    commands = {}
+    for key, allowed in (("inject", tuple(MONITOR_PLACEHOLDERS)), ("recover", RECOVER_PLACEHOLDERS)):
+        where = f"spec.healthMonitor.{key}"
+        if key not in section.data or section.data[key] is None:
+            section.scalars(key)  # seen
+            section.fail(where, "is required", f"the command (a list: program, then arguments) that "
+                         f"{'makes a device degraded or failed' if key == 'inject' else 'makes a device healthy again'}")
+            continue
+        argv = section.scalars(key)
+        if isinstance(section.data.get(key), list) and not argv:
+            section.fail(where, "is an empty list", "a program, then its arguments")
+        words = []
+        for i, word in enumerate(argv):
+            if not isinstance(word, str) or not word:
+                section.fail(f"{where}[{i}]", f"must be a non-empty string, not {word!r}",
+                             "a string (quote numbers and true/false)")
+                continue
+            names = COMMAND_PLACEHOLDERS if i == 0 else allowed
+            problems = placeholder_problems(word, names)
+            for problem in problems:
+                section.fail(f"{where}[{i}]", problem, ", ".join(f"{{{n}}}" for n in names)
+                             + (" in the program" if i == 0 else ""))
+            if i == 0 and not problems:
+                word = fill(word, command_values())
+                wrong = _executable_problem(word, base)
+                if wrong is not None:
+                    section.fail(f"{where}[0]", f"{argv[0]!r} {wrong[0]} ({wrong[1]})",
+                                 "an executable: a path (absolute, or relative to the vendor file) or a program "
+                                 "on PATH")
+                elif "/" in word:
+                    path = Path(word).expanduser()
+                    word = str(path if path.is_absolute() else base / path)
+            words.append(word)
+        commands[key] = tuple(words)
+    section.done()
+    if len(spec.problems) > before or selector is None:
+        return None
+    return HealthMonitor(selector, commands["inject"], commands["recover"])
 
 
 def _kubelet_plugin(spec: Reader, base: Path) -> KubeletPlugin | None:

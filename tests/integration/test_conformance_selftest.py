@@ -267,3 +267,54 @@ def test_vendor_extended_resource_is_requested_through_limits(dra_cluster, fake_
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "test_vendor_extended_resources_are_served_by_the_vendors_devices PASSED" in output, output[-3000:]
+
+
+def test_vendor_mode_judges_a_vendors_health_monitor_through_its_commands(dra_cluster, fake_driver, simulated_node,
+                                                                          unique_name, tmp_path):
+    """spec.healthMonitor end to end: a stand-in vendor (a fake-driver instance that publishes no taint
+    of its own) with the reference monitor running as the vendor's monitor, reached only through the
+    vendor file's commands (a script that writes the fault) and its rule selector; the monitor tests
+    run against it, the two that need the harness's own monitor skip, naming why."""
+    import json
+
+    from conformance.health_monitors import ReferenceMonitor
+    from fake_devices.healthmonitor import MONITOR_LABEL
+
+    vendor = fake_driver({simulated_node: "tiny"}, variant="no-fault-taints")
+    name = unique_name("vendor-hm")
+    monitor = ReferenceMonitor(name, dra_cluster.kubeconfig, vendor, tmp_path).start()
+    fault = tmp_path / "acme-fault"
+    kinds = {"degraded": "degraded", "failed": "unhealthy"}
+    fault.write_text(
+        f"#!{sys.executable}\n"
+        "import sys, kubernetes\n"
+        "from fake_devices import faults\n"
+        f"kubernetes.config.load_kube_config({str(dra_cluster.kubeconfig)!r})\n"
+        "action, node, device = sys.argv[1:4]\n"
+        f"kind = {kinds!r}[sys.argv[4]] if action == 'inject' else None\n"
+        f"faults.set_fault(kubernetes.client.CoreV1Api(), {vendor.config.namespace!r}, "
+        f"{vendor.config.faults_configmap!r}, node, device, kind)\n")
+    fault.chmod(0o755)
+    config = _vendor_file(tmp_path, [vendor.drivers.gpu], deviceClasses=f"{{gpu: {vendor.config.instance}-gpu}}",
+                          features="[DRADeviceTaintRules]",
+                          healthMonitor=f"{{ruleSelector: '{MONITOR_LABEL}={name}', "
+                                        "inject: [./acme-fault, inject, '{node}', '{device}', '{kind}'], "
+                                        "recover: [./acme-fault, recover, '{node}', '{device}']}")
+    results_dir = tmp_path / "report"
+    try:
+        result = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS.parent / "test_health_monitor.py"),
+                                 "-p", "no:cacheprovider", "-q", "-rs", "--dra-backend=existing",
+                                 f"--kubeconfig={dra_cluster.kubeconfig}", f"--dra-driver-config={config}",
+                                 f"--dra-report-dir={results_dir}"], capture_output=True, text=True, timeout=600)
+    finally:
+        monitor.stop()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    records = {r["id"].split("::")[1]: r for r in json.loads((results_dir / "results.json").read_text())}
+    on_vendor = [test for test, r in records.items() if r["outcome"] == "passed"
+                 and r["properties"].get("dra_allocated_drivers") == [vendor.drivers.gpu]]
+    assert sorted(on_vendor) == ["test_degraded_device_gets_a_no_schedule_rule_and_its_pod_keeps_running",
+                                 "test_escalation_to_failed_evicts_a_tolerating_pod_after_its_toleration_seconds",
+                                 "test_failed_device_gets_a_no_execute_rule_that_evicts_only_its_pod"], output[-3000:]
+    skipped = records["test_monitor_touches_only_its_own_rules_and_removes_them_on_exit"]
+    assert skipped["outcome"] == "skipped" and "the harness does not run your monitor" in skipped["message"]

@@ -2,7 +2,9 @@
 kubelet plugin, built from the Go module proxy into the binary cache (`make example-driver`), started
 by `conformance run --driver-config clusters/vendors/dra-example-driver.yaml` on the real node of a
 local cluster, with the DeviceClass of its manifest; the suite runs against it, and afterwards the
-plugin, its slices and the class are gone.
+plugin, its slices and the class are gone. On the same cluster, its two other modes
+(--gpu-partitions, --gpu-allow-multiple-allocations) run the partition and consumable-capacity tests
+on its devices.
 
 Everything runs as a user runs it: `cluster up` and `conformance run` as subprocesses, with their own
 state directory (so only this test's cluster is touched), against real Kubernetes 1.37 components.
@@ -53,9 +55,10 @@ def _plugin_processes(node_dir: str) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture
-def real_node_cluster(tmp_path):
-    """A local cluster of its own with one real node and one simulated node; (env, name, kubeconfig)."""
+@pytest.fixture(scope="module")
+def real_node_cluster(tmp_path_factory):
+    """A local cluster of its own with one real node and one simulated node, shared by this module's
+    vendor runs (each leaves it as it found it); (env, name, kubeconfig, log)."""
     from harness.backends.local.realnode import preflight
     from harness.binaries import exampledriver
 
@@ -64,6 +67,7 @@ def real_node_cluster(tmp_path):
                     "from the Go module proxy; it needs go)")
     if problems := preflight.problems():
         pytest.skip("this machine cannot run a real node: " + "; ".join(problems))
+    tmp_path = tmp_path_factory.mktemp("vendor-cluster")
     env = {**os.environ, paths.STATE_ENV: str(tmp_path / "state"), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     env.pop("KUBECONFIG", None)
     name = f"vex-{uuid.uuid4().hex[:5]}"
@@ -115,7 +119,7 @@ def test_example_driver_in_vendor_mode(real_node_cluster, tmp_path):
         k8s.close()
 
     # The plugin ran on the real node: its log is in the cluster's logs, with the node's real paths.
-    plugin_log = tmp_path / "state" / "clusters" / name / "logs" / f"vendor-plugin-{node['nodeName']}.log"
+    plugin_log = kubeconfig.parent / "logs" / f"vendor-plugin-{node['nodeName']}.log"
     assert f"--cdi-root={node['cdiDir']}" in plugin_log.read_text()
 
     failed = [r for r in results if r["outcome"] in ("failed", "xpassed")]
@@ -130,6 +134,16 @@ def test_example_driver_in_vendor_mode(real_node_cluster, tmp_path):
                         and DRIVER in (r["properties"].get("dra_allocated_drivers") or []))
     print(f"vendor run: {wall:.0f}s wall, {len(allocating)} passing tests allocated a {DRIVER} device: {allocating}")
     assert len(allocating) >= MIN_TESTS_ALLOCATING_EXAMPLE_DEVICES, allocating
+    # The kubelet side of its plugin (issue 11, item 3): a crash and restart keeps the prepared claim, and
+    # the kubelet wipes its slices (only those) once it is gone; it serves no DRAResourceHealth.
+    by_name = {r["id"].rsplit("::", 1)[1]: r for r in results}
+    assert "test_kubelet_plugin_lifecycle.py::test_plugin_restart_keeps_prepared_claims" in " ".join(allocating)
+    wiped = by_name["test_kubelet_wipes_the_slices_of_a_plugin_that_is_gone"]
+    assert wiped["outcome"] == "passed", wiped
+    print(f"the kubelet wiped the slices {wiped['properties'].get('dra_wiped_after_seconds')} s after the plugin died")
+    health = by_name["test_plugin_health_reaches_allocated_resources_status"]
+    assert (health["outcome"], health["message"].split(" (")[0]) == (
+        "not applicable", f"not applicable: {DRIVER} serves no DRAResourceHealth"), health
     # No vacuous credit: a feature credited to the driver has that many passing tests with its devices,
     # and a check over nothing it publishes is "not applicable", never "pass".
     for row in summary["matrix"]:
@@ -137,3 +151,48 @@ def test_example_driver_in_vendor_mode(real_node_cluster, tmp_path):
                         and DRIVER in (t["properties"].get("dra_allocated_drivers") or [])]
         assert row["credited"] == len(with_devices), row["feature"]
         assert row["status"] != "pass" or with_devices, f"{row['feature']} is credited without a {DRIVER} device"
+
+
+MODES = {  # vendor file, the test module run on its devices, the features of the run
+    "gpu-partitions": ("dra-example-driver-partitions.yaml", "test_partitions.py", "DRAPartitionableDevices"),
+    "gpu-allow-multiple-allocations": ("dra-example-driver-shared.yaml", "test_consumable_capacity.py",
+                                       "DRAConsumableCapacity"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_example_driver_in_its_other_modes(real_node_cluster, tmp_path, mode):
+    """--gpu-partitions=4 (shared counter sets and partitions: DRAPartitionableDevices) and
+    --gpu-allow-multiple-allocations (shareable GPUs with request policies: DRAConsumableCapacity): the
+    tests of that feature run on the example driver's devices, and the driver checks pass (partitions
+    may share their GPU's uuid)."""
+    from harness.k8s.client import Clients
+
+    vendor_file, module, feature = MODES[mode]
+    env, name, kubeconfig, log = real_node_cluster
+    started = time.monotonic()
+    run = _cli(["conformance", "run", "--backend", "existing", "--kubeconfig", str(kubeconfig), "-n", "2",
+                "--features", f"{feature},DynamicResourceAllocation", "--driver-config",
+                str(REPO / "clusters" / "vendors" / vendor_file), "--report-dir", str(tmp_path / "reports")], env, log,
+               RUN_TIMEOUT)
+    wall = time.monotonic() - started
+    text = log.read_text()
+    results = json.loads((tmp_path / "reports" / "results.json").read_text())
+    k8s = Clients(kubeconfig)
+    try:
+        assert not k8s.resource.list_resource_slice(field_selector=f"spec.driver={DRIVER}").items
+    finally:
+        k8s.close()
+    failed = [r for r in results if r["outcome"] in ("failed", "xpassed")]
+    assert run.returncode == 0 and not failed, (
+        "harness errors or unexpected failures:\n" + "\n".join(f"{r['id']}: {r['message'][:500]}" for r in failed)
+        + "\n" + text[-3000:])
+    tests = {r["id"].rsplit("::", 1)[1]: r for r in results if module in r["id"]}
+    print(f"{mode} run: {wall:.0f}s wall; " + ", ".join(f"{k}: {v['outcome']}" for k, v in tests.items()))
+    assert len(tests) == 2, tests
+    for test, record in tests.items():
+        assert record["outcome"] in ("passed", "xfailed"), (test, record)
+        if record["outcome"] == "passed":
+            assert DRIVER in (record["properties"].get("dra_allocated_drivers") or []), (test, record)
+    identities = [r for r in results if r["id"].endswith("test_published_slices[device identities are unique]")]
+    assert [r["outcome"] for r in identities] == ["passed"], identities

@@ -147,3 +147,26 @@ def test_a_variant_keeps_the_slices_of_a_driver_without_devices(variant):
     by_driver = {DRIVERS.storage: [{"spec": {"pool": pool, "devices": []}}], DRIVERS.nic: []}
     result = variants.apply(variant, by_driver)
     assert all(isinstance(slices, list) for slices in result.values()), result
+
+
+def test_partitions_may_share_their_devices_uuid_but_two_devices_may_not():
+    """dra-example-driver --gpu-partitions publishes each partition with its GPU's uuid: partitions of
+    one counter set are one device's parts, not two devices with one identity."""
+    def device(name: str, uuid: str, counter_set: str | None) -> dict:
+        found = {"name": name, "attributes": {"uuid": {"string": uuid}}}
+        if counter_set:
+            found["consumesCounters"] = [{"counterSet": counter_set, "counters": {"memory": {"value": "1Gi"}}}]
+        return found
+
+    def slices(*devices: dict) -> list[dict]:
+        return [{"metadata": {"name": "s"}, "spec": {"driver": "gpu.example.com", "nodeName": "node-a",
+                                                     "pool": {"name": "node-a", "generation": 1,
+                                                              "resourceSliceCount": 1}, "devices": list(devices)}}]
+
+    shared = slices(device("gpu-0-partition-0", "u-0", "gpu-0-counters"), device("gpu-0-full", "u-0", "gpu-0-counters"))
+    assert driver_checks.identities_unique(shared) == []
+    across = slices(device("gpu-0-full", "u-0", "gpu-0-counters"), device("gpu-1-full", "u-0", "gpu-1-counters"))
+    assert "uuid 'u-0' is published for two devices: gpu.example.com/node-a/gpu-0-full" in \
+        driver_checks.identities_unique(across)[0]
+    plain = slices(device("gpu-0", "u-0", None), device("gpu-1", "u-0", None))
+    assert driver_checks.identities_unique(plain)

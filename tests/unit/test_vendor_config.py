@@ -3,6 +3,7 @@ file alone (load) and against the cluster (check_against_cluster, here over reco
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from types import SimpleNamespace as NS
@@ -242,3 +243,97 @@ def test_manifests_against_the_cluster(tmp_path):
     vendor.check_against_cluster(vendor.load(_file(tmp_path, "  drivers: [gpu.acme.example]\n  deviceClasses: "
                                                              "{gpu: acme-gpu}\n  manifests: [class.yaml]\n")),
                                  cluster, manifests_installed=True)
+
+
+def test_the_shipped_partitions_file_loads_and_names_every_host_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("DRA_HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    values = vendor.command_values()
+    target = tmp_path / "cache" / "binaries" / f"dra-example-driver-v0.4.0_{values['platform']}"
+    target.mkdir(parents=True)
+    _executable(target, "dra-example-kubeletplugin")
+    for name in ("dra-example-driver.yaml", "dra-example-driver-partitions.yaml", "dra-example-driver-shared.yaml"):
+        loaded = vendor.load(str(REPO / "clusters" / "vendors" / name))
+        assert loaded.kubelet_plugin is not None and loaded.drivers == ("gpu.example.com",)
+        text = (REPO / "clusters" / "vendors" / name).read_text()
+        assert all("{" + placeholder + "}" in text for placeholder in vendor.PLUGIN_PLACEHOLDERS), name
+    partitions = vendor.load(str(REPO / "clusters" / "vendors" / "dra-example-driver-partitions.yaml"))
+    assert "--gpu-partitions=4" in partitions.kubelet_plugin.args
+    assert partitions.features == frozenset({"DRAPartitionableDevices"})
+
+
+def test_a_good_health_monitor_section(tmp_path):
+    _executable(tmp_path, "acme-fault")
+    loaded = vendor.load(_file(tmp_path, "  drivers: [gpu.acme.example]\n  healthMonitor:\n"
+                                         "    ruleSelector: acme.example/health-monitor=node-agent\n"
+                                         "    inject: [./acme-fault, inject, '{node}', '{driver}/{pool}/{device}', "
+                                         "'--kind={kind}']\n"
+                                         "    recover: [sh, -c, 'true', '{node}', '{device}']\n"))
+    monitor = loaded.health_monitor
+    assert monitor is not None and monitor.rule_selector == "acme.example/health-monitor=node-agent"
+    assert monitor.inject == (str(tmp_path / "acme-fault"), "inject", "{node}", "{driver}/{pool}/{device}",
+                              "--kind={kind}")  # the program resolved beside the vendor file
+    assert monitor.recover == ("sh", "-c", "true", "{node}", "{device}")  # on PATH: as written
+
+
+def test_every_health_monitor_problem_is_located(tmp_path):
+    (tmp_path / "not-executable").write_text("#!/bin/sh\n")
+    path = _file(tmp_path, "  drivers: [gpu.acme.example]\n  healthMonitor:\n"
+                           "    ruleSelector: 'a in (b'\n"
+                           "    inject: [./not-executable, '{nodeName}', 7, '{kind!r}']\n"
+                           "    recover: []\n    interval: 5\n")
+    problems = _problems(path)
+    allowed = "{node}, {driver}, {pool}, {device}, {kind}"
+    expected = [
+        "spec.healthMonitor.ruleSelector: 'a in (b' is not a label selector (allowed: comma-separated key=value",
+        f"spec.healthMonitor.inject[0]: './not-executable' is not an executable file ({tmp_path}/not-executable) "
+        "(allowed: an executable: a path (absolute, or relative to the vendor file) or a program on PATH)",
+        f"spec.healthMonitor.inject[1]: '{{nodeName}}': unknown placeholder {{nodeName}} (allowed: {allowed})",
+        "spec.healthMonitor.inject[2]: must be a non-empty string, not 7 (allowed: a string (quote numbers and "
+        "true/false))",
+        "spec.healthMonitor.inject[3]: '{kind!r}': placeholder {kind!r} has a conversion or format",
+        "spec.healthMonitor.recover: is an empty list (allowed: a program, then its arguments)",
+        "spec.healthMonitor.interval: unknown field (allowed: inject, recover, ruleSelector)",
+    ]
+    assert len(problems) == len(expected), "\n".join(problems)
+    for text, problem in zip(expected, problems):
+        assert f"{path}: {text}" in problem, f"{text!r} not in {problem!r}"
+
+
+def test_a_health_monitor_needs_its_selector_and_both_commands(tmp_path):
+    path = _file(tmp_path, "  drivers: [gpu.acme.example]\n  healthMonitor:\n"
+                           "    inject: [no-such-acme-fault-tool, '{device}']\n    recover: [sh, '{kind}']\n")
+    assert _problems(path) == [
+        f"{path}: spec.healthMonitor.ruleSelector: is required (allowed: a value for ruleSelector)",
+        f"{path}: spec.healthMonitor.inject[0]: 'no-such-acme-fault-tool' is not on PATH ({os.environ['PATH']}) "
+        "(allowed: an executable: a path (absolute, or relative to the vendor file) or a program on PATH)",
+        f"{path}: spec.healthMonitor.recover[1]: '{{kind}}': unknown placeholder {{kind}} "
+        "(allowed: {node}, {driver}, {pool}, {device})",
+    ]
+    path = _file(tmp_path, "  drivers: [gpu.acme.example]\n  healthMonitor: {ruleSelector: a=b}\n")
+    problems = _problems(path)
+    assert [p.split(": ", 2)[1] for p in problems] == ["spec.healthMonitor.inject", "spec.healthMonitor.recover"]
+    assert "is required (allowed: the command (a list: program, then arguments) that makes a device degraded or " \
+           "failed)" in problems[0]
+
+
+def test_the_command_monitor_runs_the_vendors_commands_with_the_device_filled_in(tmp_path):
+    from conformance.health_monitors import CommandMonitor, Target
+
+    record = tmp_path / "ran.txt"
+    script = tmp_path / "acme-fault"
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> {record}\n[ \"$1\" != fail ]\n")
+    script.chmod(0o755)
+    loaded = vendor.load(_file(tmp_path, "  drivers: [gpu.acme.example]\n  healthMonitor:\n"
+                                         "    ruleSelector: acme.example/hm=1\n"
+                                         "    inject: [./acme-fault, inject, '{node}', '{pool}/{device}', '{kind}']\n"
+                                         "    recover: [./acme-fault, '{driver}', '{device}']\n"))
+    monitor = CommandMonitor(loaded.health_monitor)
+    target = Target("node-a", "gpu.acme.example", "pool-a", "gpu-1")
+    monitor.inject(target, "failed")
+    monitor.recover(target)
+    assert record.read_text().splitlines() == ["inject node-a pool-a/gpu-1 failed", "gpu.acme.example gpu-1"]
+    assert monitor.rule_selector == "acme.example/hm=1" and monitor.stop() is None
+    failing = CommandMonitor(vendor.HealthMonitor("a=b", (str(script), "fail", "{device}"), (str(script),)))
+    with pytest.raises(AssertionError, match=r"exited with 1"):
+        failing.inject(target, "degraded")
+    assert "fail gpu-1 -> 1" in failing.tail()
