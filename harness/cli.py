@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     load = commands.add_parser("load", help="locust load tests: requeue latency and scheduling throughput")
     load_sub = load.add_subparsers(dest="action", required=True, metavar="ACTION")
-    lrun = load_sub.add_parser("run", help="one scenario on a fresh cluster (or on your own: --backend existing)")
+    lrun = load_sub.add_parser("run", help="one scenario on a fresh cluster (or as a guest on yours: --backend "
+                                           "existing)")
     lrun.add_argument("--backend", default="local", help=BACKEND_HELP)
     lrun.add_argument("--kubeconfig", default=None, help="existing backend: the cluster (default: $KUBECONFIG)")
     lrun.add_argument("--scenario", required=True, help="device-freed | slice-added | taint-removed | "
@@ -182,7 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     lrun.add_argument("--users", type=int, default=1, help="locust users (concurrent events)")
     lrun.add_argument("--rate", type=float, default=10.0, help="steady-state: pod arrivals per second (default: 10)")
     lrun.add_argument("--time-limit", type=float, default=300, help="seconds; locust stops at this bound")
-    lrun.add_argument("--hints", choices=("on", "off"), default="on", help="SchedulerPreQueueingHints")
+    lrun.add_argument("--hints", choices=("on", "off"), default=None,
+                      help="SchedulerPreQueueingHints of the cluster the run starts (default: on; a cluster you "
+                           "give keeps its own)")
     lrun.add_argument("--report-dir", type=Path, default=Path("reports/load"))
     lrun.add_argument("--web", action="store_true", help="serve locust's web UI on 127.0.0.1:8089")
     lrun.add_argument("--workers", type=int, default=0, help="locust distributed mode: K worker processes")
@@ -423,7 +426,8 @@ def _load(args, reporter: Reporter, out) -> int:
         params = scenarios.LoadParams(args.scenario, args.nodes, args.pending, args.events,
                                       devices_per_node=args.devices_per_node, users=args.users,
                                       time_limit=args.time_limit, rate=args.rate)
-        summary = load_runner.run(params, report_dir=args.report_dir, hints=args.hints == "on", web=args.web,
+        summary = load_runner.run(params, report_dir=args.report_dir, web=args.web,
+                                  hints=None if args.hints is None else args.hints == "on",
                                   workers=args.workers, keep_cluster=args.keep_cluster, reporter=reporter,
                                   backend_name=args.backend, kubeconfig=args.kubeconfig)
         for line in load_runner.result_lines(summary):

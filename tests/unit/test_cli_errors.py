@@ -219,7 +219,12 @@ BAD_INPUT = [
      ["--kubeconfig", "files/nope", "does not exist"]),
     ("load-existing-unreachable", [*LOAD, "--backend", "existing", "--kubeconfig", f"{ROOT}/files/kc-unreachable"],
      ["kc-unreachable", "cannot reach the API server"]),
-    ("load-kind", [*LOAD, "--backend", "kind"], ["--backend: kind", "names its nodes itself", "local"]),
+    ("load-kind", [*LOAD, "--backend", "kind"], ["--backend: kind", "names its nodes itself", "local, existing"]),
+    # a given cluster keeps its own feature gates and is never stopped: judged before the kubeconfig is read
+    ("load-existing-hints", [*LOAD, "--backend", "existing", "--kubeconfig", f"{ROOT}/files/nope", "--hints", "off"],
+     ["--hints: off", "feature gates", "leave --hints out, or use --backend local"]),
+    ("load-existing-keep", [*LOAD, "--backend", "existing", "--keep-cluster"],
+     ["--keep-cluster", "always removes the run's own objects"]),
     ("sweep-time-limit-nan", ["load", "sweep", "--scenario", "device-freed", "--time-limit", "nan", *REPORTS],
      ["--time-limit: nan", "1 to 86400"]),
     ("too-many-nodes", ["cluster", "up", "--nodes", "5001"], ["--nodes: 5001", "at most 5000"]),
