@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,8 +50,8 @@ def cache_dir(version: str = CONTAINERD_VERSION) -> Path:
     return paths.cache_root() / "binaries" / f"containerd-v{version}_{os_name}-{arch}"
 
 
-def find_runc() -> Path | None:
-    found = shutil.which("runc")
+def find_runc(which: Callable[[str], str | None] = shutil.which) -> Path | None:
+    found = which("runc")
     candidates = [found] if found else []
     return next((Path(c) for c in [*candidates, *RUNC_CANDIDATES] if c and Path(c).is_file()), None)
 
