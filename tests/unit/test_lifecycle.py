@@ -75,7 +75,7 @@ def test_interrupted_node_creation_returns_without_creating_the_rest():
     release = threading.Event()  # holds the requests in flight until the interrupt has been handled
 
     class Core:
-        def create_node(self, manifest):
+        def create_node(self, manifest, **kwargs):  # kwargs: _request_timeout
             with lock:
                 created.append(manifest["metadata"]["name"])
                 first = len(created) == 1
