@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from harness import backends
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec
-from harness.errors import ConfigError, Problem
-from harness.progress import Reporter
+from harness.core.errors import ConfigError, Problem
+from harness.core.progress import Reporter
 
 DEFAULT = "local"
 

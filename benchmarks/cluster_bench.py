@@ -23,12 +23,13 @@ import time
 import bench_backend  # benchmarks/ is the script's directory
 import psutil
 
-from harness import binaries, conditions
+from harness import binaries
 from harness.backends.base import ClusterSpec
 from harness.backends.local import nodes, process, state
 from harness.binaries import manifest
+from harness.core import conditions
+from harness.core.progress import Reporter
 from harness.k8s.client import Clients
-from harness.progress import Reporter
 
 # what -> (backends it runs on, why not the others)
 BACKENDS = {"start": (("local", "kind"), "`start` times `cluster up`, which only local and kind do"),

@@ -30,12 +30,12 @@ from cluster_bench import rss_by_component
 
 from fake_devices import config as driver_config
 from fake_devices import faults, profile, render
-from harness import conditions
 from harness.backends.base import ClusterSpec
 from harness.backends.local import nodes, state
 from harness.config.cluster import ClusterDefinition, DriverSettings, NodePool
+from harness.core import conditions
+from harness.core.progress import Reporter
 from harness.k8s.client import Clients
-from harness.progress import Reporter
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -30,10 +30,11 @@ import psutil
 
 from fake_devices import config as driver_config
 from fake_devices.controller import FakeDriver
-from harness import conditions, wirecompat
 from harness.backends.base import ClusterSpec
+from harness.binaries import wirecompat
+from harness.core import conditions
+from harness.core.progress import Reporter
 from harness.k8s.client import Clients
-from harness.progress import Reporter
 
 INSTANCE = "kpbench"
 DOMAIN = f"{INSTANCE}.example.com"

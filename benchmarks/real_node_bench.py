@@ -30,14 +30,15 @@ import bench_backend  # noqa: E402  (benchmarks/ is the script's directory)
 from conformance import objects  # noqa: E402
 from fake_devices import config as driver_config  # noqa: E402
 from fake_devices.controller import FakeDriver  # noqa: E402
-from harness import conditions, wait  # noqa: E402
 from harness.backends.base import ClusterSpec  # noqa: E402
 from harness.backends.local import state  # noqa: E402
 from harness.backends.local.realnode import images  # noqa: E402
 from harness.backends.local.realnode.layout import records  # noqa: E402
 from harness.backends.local.realnode.plugins import NodePlugins  # noqa: E402
+from harness.core import conditions  # noqa: E402
+from harness.core.progress import Reporter  # noqa: E402
+from harness.k8s import wait
 from harness.k8s.client import Clients  # noqa: E402
-from harness.progress import Reporter  # noqa: E402
 
 
 def _summary(values: list[float]) -> dict:

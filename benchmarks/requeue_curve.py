@@ -24,9 +24,9 @@ from pathlib import Path
 
 import bench_backend  # benchmarks/ is the script's directory
 
-from harness import load_runner
-from harness.errors import InvalidInput
-from harness.progress import Reporter
+from harness.core.errors import InvalidInput
+from harness.core.progress import Reporter
+from harness.jobs import load_runner
 from load import curve, scenarios
 
 METRICS = {"scheduler_cpu_ms_per_event": "scheduler CPU per event (ms)", "p50_ms": "requeue latency p50 (ms)"}

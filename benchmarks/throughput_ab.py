@@ -19,8 +19,8 @@ from pathlib import Path
 
 import bench_backend  # benchmarks/ is the script's directory
 
-from harness import load_runner
-from harness.progress import Reporter
+from harness.core.progress import Reporter
+from harness.jobs import load_runner
 from load import scenarios
 
 

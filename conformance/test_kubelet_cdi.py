@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conformance import checks, objects, under_test
-from harness import wait
+from harness.k8s import wait
 
 pytestmark = [pytest.mark.needs_kubelet, pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")]
 
@@ -29,7 +29,7 @@ SHOW_CONTAINER = ["sh", "-c", f"env; echo '{MOUNTS}'; cat /proc/mounts; echo '{D
 @pytest.fixture
 def kubelet_pool(request, devices_under_test):
     """One device of the driver under test on a node run by a real kubelet, or skip naming why."""
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     if vendor_driver(request.config) is None:
         from functools import partial

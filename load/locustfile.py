@@ -28,7 +28,7 @@ from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
 from fake_devices.controller import ignore_missing
-from harness import conditions
+from harness.core import conditions
 from load import cluster_ops as ops
 from load import metrics, scenarios, throughput
 

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import HarnessError
-from harness.progress import Reporter
+from harness.core.errors import HarnessError
+from harness.core.progress import Reporter
 
 OUTPUT_TAIL = 25  # lines of a failed command's output shown in the error
 

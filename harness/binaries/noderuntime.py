@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import paths
 from harness.binaries import cache_error, host_platform, manifest
-from harness.errors import BinariesError
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import BinariesError
+from harness.core.progress import Reporter
 
 CONTAINERD_VERSION = "2.4.2"
 CONTAINERD_MODULE = "github.com/containerd/containerd/v2"

@@ -23,8 +23,8 @@ from kubernetes.client.rest import ApiException
 
 from fake_devices import config as driver_config
 from fake_devices.controller import FakeDriver
-from harness import wait
 from harness.backends import manifests
+from harness.k8s import wait
 
 pytestmark = pytest.mark.integration
 

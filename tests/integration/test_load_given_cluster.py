@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 from load.scenarios import LOAD_LABEL
 

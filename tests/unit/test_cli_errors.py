@@ -2,7 +2,7 @@
 created or started. Environment failures (a missing cluster, a broken binary cache) exit 1, also
 without a traceback.
 
-Every case runs the CLI (`harness.cli.run`, in this process, so the table stays fast on a loaded
+Every case runs the CLI (`harness.cli.main.run`, in this process, so the table stays fast on a loaded
 machine) with the state and cache directories pointed into a temporary directory, so nothing real is
 touched; a few cases also run through `python -m harness.cli` as a user runs it.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import paths
+from harness.core import paths
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = "{root}"  # replaced by the case's temporary directory
@@ -259,9 +259,9 @@ def _environment(root: Path, env: dict | None) -> dict[str, str]:
 
 
 def run_cli(args: list[str], root: Path, env: dict | None = None) -> Result:
-    """`harness.cli.run(ARGS)` in this process, with state and cache under `root` and `{root}` in ARGS
+    """`harness.cli.main.run(ARGS)` in this process, with state and cache under `root` and `{root}` in ARGS
     replaced; what it prints is captured, and an exception that escapes is recorded as a traceback."""
-    from harness import cli
+    from harness.cli import main as cli
 
     args = [a.replace(ROOT, str(root)) for a in args]
     saved = dict(os.environ)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from harness import load_guest, load_runner
+from harness.jobs import load_guest, load_runner
 from load import cluster_ops, scenarios
 from load.scenarios import LOAD_LABEL, Placement
 

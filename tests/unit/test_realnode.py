@@ -20,7 +20,6 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from harness import paths
 from harness.backends.commands import Runner
 from harness.backends.local.realnode import (
     cgroups,
@@ -38,7 +37,8 @@ from harness.backends.local.realnode import (
 from harness.backends.local.realnode.layout import NodeDirs, RealNodeRecord
 from harness.binaries import noderuntime
 from harness.binaries.noderuntime import NodeRuntime
-from harness.errors import BinariesError, HarnessError
+from harness.core import paths
+from harness.core.errors import BinariesError, HarnessError
 
 NODE_ID = "0123abcd"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.backends.commands import Runner
 from harness.backends.local.realnode.layout import NodeDirs
 from harness.binaries.noderuntime import NodeRuntime
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin uses
 

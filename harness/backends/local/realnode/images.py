@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.backends.commands import Runner
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from harness.k8s.nodes import IMAGE_RECIPE, IMAGE_REGISTRY, PAUSE_IMAGE, SHELL_IMAGE  # noqa: F401
 
 # the names live where the suite may read them too (harness.k8s.nodes)

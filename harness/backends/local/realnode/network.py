@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from harness.backends.commands import Runner
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 SUBNET_POOL = ipaddress.IPv4Network("10.200.0.0/14")  # 1024 candidate /24s
 BRIDGE_PREFIX = "drh-"

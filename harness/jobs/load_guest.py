@@ -26,9 +26,9 @@ from kubernetes.client.rest import ApiException
 from fake_devices import config as driver_config
 from fake_devices.config import PROFILE_LABEL
 from fake_devices.controller import INSTANCE_LABEL, FakeDriver, PublishError, ignore_missing
-from harness import wait
-from harness.errors import HarnessError
-from harness.progress import Reporter
+from harness.core.errors import HarnessError
+from harness.core.progress import Reporter
+from harness.k8s import wait
 from load.scenarios import LOAD_LABEL, Placement
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # KWOK's own selector: a cluster running KWOK keeps these Ready

@@ -4,7 +4,7 @@ reports (locust's CSV/HTML plus our JSON with the scheduler's metrics and the ge
 Each run gets its own cluster (N nodes named dev-*, each with a `load-gpu` profile of D GPUs published
 by the fake driver) with SchedulerPreQueueingHints on or off, so runs never influence each other.
 On a cluster the user gives (`--backend existing --kubeconfig K`) the run brings its own nodes, fake
-driver and namespace instead and removes them afterwards (harness/load_guest.py).
+driver and namespace instead and removes them afterwards (harness/jobs/load_guest.py).
 locust runs as its own process (it patches the standard library with gevent), headless with a user
 count, a run-time bound and an event budget; `--web` serves its UI on 127.0.0.1 instead, and
 `--workers K` uses locust's distributed mode (a master and K worker processes).
@@ -25,14 +25,15 @@ from pathlib import Path
 
 import yaml
 
-from harness import backends, load_guest, report
+from harness import backends
 from harness.backends.base import ClusterSpec
-from harness.errors import ConfigError, HarnessError, InvalidInput, Problem
-from harness.progress import Reporter
+from harness.core.errors import ConfigError, HarnessError, InvalidInput, Problem
+from harness.core.progress import Reporter
+from harness.jobs import load_guest, report
 from load import scenarios
 from load.scenarios import PROFILE_NAME, USER_CLASSES, Placement
 
-LOCUSTFILE = Path(__file__).resolve().parent.parent / "load" / "locustfile.py"
+LOCUSTFILE = Path(__file__).resolve().parents[2] / "load" / "locustfile.py"
 MAX_WORKERS = 64  # locust worker processes on this machine
 
 
@@ -222,7 +223,7 @@ def failure_reasons(params: scenarios.LoadParams, result: dict, failures: int | 
 
 def result_lines(summary: dict) -> list[str]:
     """The run's outcome in a few lines, for the console and the HTML report."""
-    from harness import conditions
+    from harness.core import conditions
 
     lines = []
     burst = summary.get("throughput")
@@ -273,7 +274,7 @@ def write_html(summary: dict, path: Path) -> None:
 
 def _strip_profiles(clients, nodes: int) -> None:
     from fake_devices.config import PROFILE_LABEL
-    from harness import wait
+    from harness.k8s import wait
 
     try:
         for i in range(nodes):

@@ -15,8 +15,8 @@ from rich.markup import escape
 
 from harness import __version__, backends, binaries
 from harness.backends.base import Backend, ClusterSpec
-from harness.errors import ClusterNotFound, ConfigError, HarnessError, InvalidInput, Problem
-from harness.progress import Reporter
+from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, InvalidInput, Problem
+from harness.core.progress import Reporter
 
 
 def _add_version_flags(parser: argparse.ArgumentParser) -> None:
@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     kind_sub.add_parser("build-node-image",
                         help="build (or find cached) an offline kind node image for Kubernetes v1.37.2")
 
-    from harness import bench_cli
+    from harness.cli import bench as bench_cli
 
     bench_cli.add_parser(commands)
 
@@ -263,7 +263,7 @@ def _kind(args, reporter: Reporter, out) -> int:
 
 
 def _dispatch(args, reporter: Reporter, out) -> int:
-    from harness import runner
+    from harness.jobs import runner
 
     if args.command == "binaries":
         if args.action == "install":
@@ -295,15 +295,15 @@ def _dispatch(args, reporter: Reporter, out) -> int:
     if args.command == "kind":
         return _kind(args, reporter, out)
     if args.command == "bench":
-        from harness import bench_cli
+        from harness.cli import bench as bench_cli
 
         return bench_cli.run(args, reporter, out)
     if args.command == "profiles":
-        from harness import profiles_cli
+        from harness.cli import profiles as profiles_cli
 
         return profiles_cli.run(args, out)
     if args.command == "fault":
-        from harness import profiles_cli
+        from harness.cli import profiles as profiles_cli
 
         return profiles_cli.fault(args, out)
     if args.command == "migration":
@@ -380,8 +380,7 @@ def _validate_definitions(args, out) -> int:
 def _node_paths(args, out) -> int:
     """`cluster node-paths`: where a vendor's kubelet plugin must put its sockets and CDI specs on a
     local cluster's real node(s); the same values the harness fills into spec.kubeletPlugin."""
-    from harness import vendor_plugin
-    from harness.backends.local import state
+    from harness.backends.local import state, vendor_plugin
     from harness.backends.local.realnode.layout import records
 
     cluster = state.load(state.validate_name(args.name))
@@ -419,7 +418,7 @@ def _int_list(text: str, flag: str) -> list[int]:
 
 
 def _load(args, reporter: Reporter, out) -> int:
-    from harness import load_runner
+    from harness.jobs import load_runner
     from load import scenarios
 
     if args.action == "run":
