@@ -57,7 +57,7 @@ node-tools:
 
 # The Go client of the kubelet-plugin wire tests (tests/wirecompat), built once into the cache.
 wirecompat: install
-	$(BIN)/python -m harness.wirecompat
+	$(BIN)/python -m harness.binaries.wirecompat
 
 # The reference third-party driver of the vendor-mode test (dra-example-driver v0.4.0's kubelet plugin),
 # built once from the Go module proxy into the binary cache (~2 min cold, then only verified); without

@@ -1,11 +1,11 @@
 """Benchmarks of the local backend (results go to BENCHMARKS.md; see the method there).
 
-    .venv/bin/python benchmarks/cluster_bench.py start   [--runs 5]
+    .venv/bin/python benchmarks/cluster_bench.py start   [--runs 5] [--backend local|kind]
     .venv/bin/python benchmarks/cluster_bench.py nodes   [--nodes 10 1000] [--settle 30]
     .venv/bin/python benchmarks/cluster_bench.py verify
 
-`start`: wall time of the `dra-harness cluster up --nodes 3` command (a fresh process each time,
-binaries cached), then `cluster down`. `nodes`: for each size, start a cluster with no nodes, time
+`start`: wall time of the `dra-harness cluster up --backend B --nodes 3` command (a fresh process each
+time, binaries cached), then `cluster down`. `nodes`: for each size, start a cluster with no nodes, time
 creating N KWOK nodes until all are Ready, let it idle for --settle seconds, then sum the RSS of every
 component process. `verify`: time to check the SHA-256 of the cached binaries (done on every `up`).
 Every cluster is stopped at the end, also on error or Ctrl-C.
@@ -20,26 +20,34 @@ import subprocess
 import sys
 import time
 
+import bench_backend  # benchmarks/ is the script's directory
 import psutil
 
-from harness import binaries, conditions
-from harness.backends.local import LocalBackend, nodes, process, state
-from harness.backends.local.backend import UpOptions
+from harness import binaries
+from harness.backends.base import ClusterSpec
+from harness.backends.local import nodes, process, state
 from harness.binaries import manifest
+from harness.core import conditions
+from harness.core.progress import Reporter
 from harness.k8s.client import Clients
-from harness.progress import Reporter
+
+# what -> (backends it runs on, why not the others)
+BACKENDS = {"start": (("local", "kind"), "`start` times `cluster up`, which only local and kind do"),
+            "nodes": (("local",), "`nodes` creates KWOK nodes and reads the memory of the control-plane "
+                                  "processes on this machine"),
+            "verify": (("local",), "`verify` checks this machine's binary cache; it uses no cluster")}
 
 
-def bench_start(runs: int) -> dict:
+def bench_start(runs: int, backend: str = "local") -> dict:
     times = []
     for i in range(runs):
         name = f"bench-start-{i}"
         started = time.monotonic()
-        subprocess.run([sys.executable, "-m", "harness.cli", "-q", "cluster", "up", "--name", name, "--nodes", "3"],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "harness.cli", "-q", "cluster", "up", "--backend", backend, "--name",
+                        name, "--nodes", "3"], check=True, stdout=subprocess.DEVNULL)
         times.append(time.monotonic() - started)
-        subprocess.run([sys.executable, "-m", "harness.cli", "cluster", "down", "--name", name], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "harness.cli", "cluster", "down", "--backend", backend, "--name", name],
+                       check=True, stdout=subprocess.DEVNULL)
     return {"runs": [round(t, 2) for t in times], "median": round(statistics.median(times), 2)}
 
 
@@ -57,8 +65,7 @@ def bench_nodes(sizes: list[int], settle: float) -> dict:
     results = {}
     for size in sizes:
         name = f"bench-nodes-{size}"
-        backend = LocalBackend(Reporter(quiet=True))
-        info = backend.up(UpOptions(name=name, nodes=0))
+        backend, info = bench_backend.start("local", ClusterSpec(name=name, nodes=0))
         clients = Clients(info.kubeconfig)
         try:
             specs = nodes.default_nodes(size)
@@ -86,16 +93,22 @@ def bench_verify() -> dict:
     return {"bytes": total, "seconds": round(time.monotonic() - started, 2)}
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["start", "nodes", "verify"])
+    parser.add_argument("what", choices=list(BACKENDS))
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--nodes", type=int, nargs="+", default=[10, 1000])
     parser.add_argument("--settle", type=float, default=30.0)
-    args = parser.parse_args()
+    bench_backend.add_flags(parser, BACKENDS["start"][0])
+    args = parser.parse_args(argv)
+    return bench_backend.resolve(parser, args, *BACKENDS[args.what])
+
+
+def main() -> None:
+    args = parse_args()
     with conditions.Measure() as window:  # what else ran on the machine meanwhile
         if args.what == "start":
-            result = bench_start(args.runs)
+            result = bench_start(args.runs, args.backend)
         elif args.what == "nodes":
             result = bench_nodes(args.nodes, args.settle)
         else:

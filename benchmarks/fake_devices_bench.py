@@ -23,18 +23,19 @@ import subprocess
 import sys
 import time
 
+import bench_backend  # benchmarks/ is the script's directory
 import kubernetes
 import psutil
-from cluster_bench import rss_by_component  # benchmarks/ is the script's directory
+from cluster_bench import rss_by_component
 
 from fake_devices import config as driver_config
 from fake_devices import faults, profile, render
-from harness import conditions
-from harness.backends.local import LocalBackend, nodes, state
-from harness.backends.local.backend import UpOptions
+from harness.backends.base import ClusterSpec
+from harness.backends.local import nodes, state
 from harness.config.cluster import ClusterDefinition, DriverSettings, NodePool
+from harness.core import conditions
+from harness.core.progress import Reporter
 from harness.k8s.client import Clients
-from harness.progress import Reporter
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -44,8 +45,7 @@ def percentile(values: list[float], p: float) -> float:
 
 def bench_publish(node_count: int, profile_name: str, fault_count: int) -> dict:
     name = "bench-publish"
-    backend = LocalBackend(Reporter(quiet=True))
-    info = backend.up(UpOptions(name=name, nodes=0))
+    backend, info = bench_backend.start("local", ClusterSpec(name=name, nodes=0))
     clients = Clients(info.kubeconfig)
     driver_proc = None
     try:
@@ -113,13 +113,22 @@ def bench_publish(node_count: int, profile_name: str, fault_count: int) -> dict:
         backend.down(name)
 
 
-def main() -> None:
+ALLOWED = ("local",)
+WHY_LOCAL = "creates KWOK nodes and reads the memory of the control-plane processes on this machine"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("what", choices=["publish"])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--profile", default="dgx-h100")
     parser.add_argument("--faults", type=int, default=50)
-    args = parser.parse_args()
+    bench_backend.add_flags(parser, ALLOWED)
+    return bench_backend.resolve(parser, parser.parse_args(argv), ALLOWED, WHY_LOCAL)
+
+
+def main() -> None:
+    args = parse_args()
     with conditions.Measure() as window:  # what else ran on the machine meanwhile
         result = bench_publish(args.nodes, args.profile, args.faults)
     print(json.dumps({"publish": result, "conditions": window.result}, indent=2))

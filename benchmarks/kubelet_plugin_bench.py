@@ -1,13 +1,14 @@
 """Benchmark of the kubelet plugin (node half of the fake driver); results go to BENCHMARKS.md.
 
-    .venv/bin/python benchmarks/kubelet_plugin_bench.py prepare [--claims 1000] [--kubeconfig K]
+    .venv/bin/python benchmarks/kubelet_plugin_bench.py prepare [--claims 1000] [--backend local|kind|existing]
+        [--kubeconfig K]
 
 Per-claim latency of NodePrepareResources + NodeUnprepareResources as the kubelet sees it: the Go
 wire-compatibility client (tests/wirecompat, the kubelet's own gRPC code) calls the plugin over its
 unix socket, one claim per call, prepare then unprepare, for --claims distinct claims, and reports
 p50/p90/p99/max of each call and of the pair. The plugin runs as its own process
-(`python -m fake_devices.kubeletplugin`) against a local cluster started for the run (or
---kubeconfig), serving a `tiny` fake-driver instance on one simulated node. Each claim's allocation
+(`python -m fake_devices.kubeletplugin`) against a cluster started for the run by --backend (local,
+the default, or kind; `existing --kubeconfig K`, or --kubeconfig alone, uses yours), serving a `tiny` fake-driver instance on one simulated node. Each claim's allocation
 is written through the status subresource (as the scheduler does) instead of scheduling --claims
 pods: the plugin's work is the same, a read of the claim from the API server, a CDI spec written
 and removed, and two checkpoint writes (all fsynced).
@@ -24,17 +25,22 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_backend  # benchmarks/ is the script's directory
 import psutil
 
 from fake_devices import config as driver_config
 from fake_devices.controller import FakeDriver
-from harness import conditions, wirecompat
+from harness.backends.base import ClusterSpec
+from harness.binaries import wirecompat
+from harness.core import conditions
+from harness.core.progress import Reporter
 from harness.k8s.client import Clients
-from harness.progress import Reporter
 
 INSTANCE = "kpbench"
 DOMAIN = f"{INSTANCE}.example.com"
 DRIVER = f"gpu.{DOMAIN}"
+CLUSTER = "bench-kubeletplugin"
+ALLOWED = ("local", "kind", "existing")
 
 
 def _claims(clients: Clients, namespace: str, node: str, count: int, reporter: Reporter) -> list[dict]:
@@ -56,23 +62,27 @@ def _claims(clients: Clients, namespace: str, node: str, count: int, reporter: R
     return refs
 
 
-def bench_prepare(count: int, kubeconfig: str | None) -> dict:
+def bench_prepare(count: int, backend_name: str = "local", kubeconfig: str | None = None) -> dict:
     reporter = Reporter()
     binary = wirecompat.build(reporter)
-    backend = None
-    if kubeconfig is None:
-        from harness.backends.local import LocalBackend
-        from harness.backends.local.backend import UpOptions
+    with reporter.step(f"cluster: {backend_name} (one node; the fake driver runs in this process)"):
+        # deploy=False: kind and existing get no fake driver of their own; this benchmark brings one
+        backend, info = bench_backend.start(backend_name, ClusterSpec(name=CLUSTER, nodes=1, kubeconfig=kubeconfig,
+                                                                      deploy=False))
+    try:
+        return _prepare_on(info.kubeconfig, count, binary, reporter)
+    finally:
+        backend.down(CLUSTER)  # existing: only the record of the attachment
 
-        backend = LocalBackend(Reporter(quiet=True))
-        with reporter.step("starting a local cluster with one simulated node"):
-            kubeconfig = str(backend.up(UpOptions(name="bench-kubeletplugin", nodes=1)).kubeconfig)
-    clients = Clients(Path(kubeconfig))
-    node = sorted(n.metadata.name for n in clients.core.list_node().items)[0]
+
+def _prepare_on(kubeconfig_path: Path, count: int, binary, reporter: Reporter) -> dict:
+    kubeconfig = str(kubeconfig_path)
+    clients = Clients(kubeconfig_path)
     namespace = f"{INSTANCE}-{int(time.time())}"
     work = Path(tempfile.mkdtemp(prefix="kpb-", dir="/tmp"))
     driver = plugin = None
     try:
+        node = sorted(n.metadata.name for n in clients.core.list_node().items)[0]
         clients.core.create_namespace({"metadata": {"name": namespace}})
         config = driver_config.build(INSTANCE, DOMAIN, [], nodes={node: "tiny"}, namespace=namespace, workers=2)
         driver = FakeDriver(config, clients.api_client).start()
@@ -106,19 +116,21 @@ def bench_prepare(count: int, kubeconfig: str | None) -> dict:
             pass
         clients.close()
         shutil.rmtree(work, ignore_errors=True)
-        if backend is not None:
-            backend.down("bench-kubeletplugin")
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
     prepare = sub.add_parser("prepare", help="Prepare+Unprepare latency per claim")
     prepare.add_argument("--claims", type=int, default=1000)
-    prepare.add_argument("--kubeconfig", default=None, help="use this cluster instead of starting one")
-    args = parser.parse_args()
+    bench_backend.add_flags(prepare, ALLOWED, kubeconfig=True)
+    return bench_backend.resolve(prepare, parser.parse_args(argv), ALLOWED, "unknown here")
+
+
+def main() -> int:
+    args = parse_args()
     with conditions.Measure() as window:  # what else ran on the machine meanwhile
-        result = bench_prepare(args.claims, args.kubeconfig)
+        result = bench_prepare(args.claims, args.backend, args.kubeconfig)
     result["conditions"] = window.result
     print(json.dumps(result, indent=2))
     print(conditions.describe(window.result), file=sys.stderr)

@@ -25,17 +25,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import bench_backend  # noqa: E402  (benchmarks/ is the script's directory)
+
 from conformance import objects  # noqa: E402
 from fake_devices import config as driver_config  # noqa: E402
 from fake_devices.controller import FakeDriver  # noqa: E402
-from harness import conditions, wait  # noqa: E402
-from harness.backends.local import LocalBackend, state  # noqa: E402
-from harness.backends.local.backend import UpOptions  # noqa: E402
+from harness.backends.base import ClusterSpec  # noqa: E402
+from harness.backends.local import state  # noqa: E402
 from harness.backends.local.realnode import images  # noqa: E402
 from harness.backends.local.realnode.layout import records  # noqa: E402
 from harness.backends.local.realnode.plugins import NodePlugins  # noqa: E402
+from harness.core import conditions  # noqa: E402
+from harness.core.progress import Reporter  # noqa: E402
+from harness.k8s import wait
 from harness.k8s.client import Clients  # noqa: E402
-from harness.progress import Reporter  # noqa: E402
 
 
 def _summary(values: list[float]) -> dict:
@@ -49,9 +52,8 @@ def starts(count: int, reporter: Reporter) -> dict:
     ups, nodes, downs = [], [], []
     for i in range(count):
         name = f"rnbench-{i}"
-        backend = LocalBackend(reporter)
         started = time.monotonic()
-        backend.up(UpOptions(name=name, nodes=0, real_nodes=1))
+        backend, _ = bench_backend.start("local", ClusterSpec(name=name, nodes=0, real_nodes=1), reporter)
         ups.append(time.monotonic() - started)
         nodes.append(_real_node_seconds(name))
         started = time.monotonic()
@@ -88,8 +90,7 @@ def _kubelet_means(clients: Clients, node: str) -> dict:
 
 def pods(count: int, reporter: Reporter) -> dict:
     name = "rnbench-pods"
-    backend = LocalBackend(reporter)
-    info = backend.up(UpOptions(name=name, nodes=0, real_nodes=1))
+    backend, info = bench_backend.start("local", ClusterSpec(name=name, nodes=0, real_nodes=1), reporter)
     clients = Clients(info.kubeconfig)
     cluster = state.load(name)
     node = records(cluster.data)[0]
@@ -135,13 +136,23 @@ def pods(count: int, reporter: Reporter) -> dict:
         assert backend.down(name) == []
 
 
-def main() -> int:
+ALLOWED = ("local",)
+WHY_LOCAL = "starts a real kubelet and containerd on this machine and reads their records"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--starts", type=int, default=3)
     parser.add_argument("--pods", type=int, default=20)
-    args = parser.parse_args()
+    bench_backend.add_flags(parser, ALLOWED)
+    args = parser.parse_args(argv)
     if not (1 <= args.starts <= 20 and 1 <= args.pods <= 500):
         parser.error("--starts 1..20, --pods 1..500")
+    return bench_backend.resolve(parser, args, ALLOWED, WHY_LOCAL)
+
+
+def main() -> int:
+    args = parse_args()
     reporter = Reporter()
     with conditions.Measure() as window:  # what else ran on the machine meanwhile
         result = {"starts": starts(args.starts, reporter), "pods": pods(args.pods, reporter)}

@@ -22,9 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-from harness import load_runner
-from harness.errors import InvalidInput
-from harness.progress import Reporter
+import bench_backend  # benchmarks/ is the script's directory
+
+from harness.core.errors import InvalidInput
+from harness.core.progress import Reporter
+from harness.jobs import load_runner
 from load import curve, scenarios
 
 METRICS = {"scheduler_cpu_ms_per_event": "scheduler CPU per event (ms)", "p50_ms": "requeue latency p50 (ms)"}
@@ -85,7 +87,12 @@ def plot(summary: dict, sizes: list[int], report_dir: Path, scenario: str) -> li
     return files
 
 
-def main() -> int:
+ALLOWED = ("local",)
+WHY_LOCAL = ("compares SchedulerPreQueueingHints on and off, which only a cluster the benchmark starts can "
+             "switch (each run is `load run` on a fresh local cluster)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="device-freed",
                         choices=["device-freed", "slice-added", "taint-removed", "class-created", "claim-shared"])
@@ -96,7 +103,12 @@ def main() -> int:
     parser.add_argument("--devices-per-node", type=int, default=1)
     parser.add_argument("--time-limit", type=float, default=1800, help="bound of each run, seconds")
     parser.add_argument("--report-dir", type=Path, default=Path("reports/requeue-curve"))
-    args = parser.parse_args()
+    bench_backend.add_flags(parser, ALLOWED)
+    return bench_backend.resolve(parser, parser.parse_args(argv), ALLOWED, WHY_LOCAL)
+
+
+def main() -> int:
+    args = parse_args()
     try:
         sizes = sorted({int(x) for x in args.waiting.split(",") if x.strip()})
         if not sizes or not 2 <= args.repeats <= 50:

@@ -17,8 +17,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from harness import load_runner
-from harness.progress import Reporter
+import bench_backend  # benchmarks/ is the script's directory
+
+from harness.core.progress import Reporter
+from harness.jobs import load_runner
 from load import scenarios
 
 
@@ -55,7 +57,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+ALLOWED = ("local",)
+WHY_LOCAL = ("compares SchedulerPreQueueingHints on and off, which only a cluster the benchmark starts can "
+             "switch (each run is `load run` on a fresh local cluster)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="runs per mode")
     parser.add_argument("--nodes", type=int, default=500)
@@ -64,7 +71,12 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=64)
     parser.add_argument("--time-limit", type=float, default=1800)
     parser.add_argument("--report-dir", type=Path, default=Path("reports/throughput-ab"))
-    args = parser.parse_args()
+    bench_backend.add_flags(parser, ALLOWED)
+    return bench_backend.resolve(parser, parser.parse_args(argv), ALLOWED, WHY_LOCAL)
+
+
+def main() -> int:
+    args = parse_args()
     params = scenarios.validate(scenarios.LoadParams("throughput", args.nodes, args.pending, 1,
                                                      devices_per_node=args.devices_per_node, users=args.users,
                                                      time_limit=args.time_limit))

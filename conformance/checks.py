@@ -11,7 +11,7 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from conformance.objects import ENV_DONE
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 

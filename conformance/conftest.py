@@ -2,7 +2,7 @@
 
 The cluster fixtures (`k8s`, `dra_namespace`, `fake_driver`, ...) come from the dra-harness pytest
 plugin. Requirements are declared with markers and checked against what the cluster under test
-reports (harness.discovery), so a test whose gate or API is off is skipped with that reason:
+reports (harness.k8s.discovery), so a test whose gate or API is off is skipped with that reason:
 
     @pytest.mark.dra_feature("DRAWorkloadResourceClaims", maturity="beta")
     @pytest.mark.dra_feature("ResourceHealthStatus", maturity="beta", discovered=True)  # runs unclaimed too
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.discovery import ClusterFacts, discover
 from harness.k8s.client import Clients
+from harness.k8s.discovery import ClusterFacts, discover
 from harness.k8s.nodes import is_ready
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -30,7 +30,7 @@ def cluster_facts(k8s: Clients) -> ClusterFacts:
 @pytest.fixture(autouse=True)
 def _requirements(request: pytest.FixtureRequest) -> None:
     markers = {m.name: m for m in request.node.iter_markers()}
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     if vendor is not None:
@@ -95,7 +95,7 @@ class DriverUnderTest:
 
 @pytest.fixture
 def driver_under_test(request: pytest.FixtureRequest, k8s: Clients) -> DriverUnderTest:
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     if vendor is not None:
@@ -122,7 +122,7 @@ def vendor_turn(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str
     turns, across xdist workers), given back at teardown: its pods, PodGroups and claims deleted and
     waited for, and the kubelet's count of prepared claims back. A no-op with the fake driver."""
     from conformance import under_test
-    from harness.pytest_plugin import shared_dir, vendor_driver
+    from harness.pytest_plugin.plugin import shared_dir, vendor_driver
 
     vendor = vendor_driver(request.config)
     if vendor is None:
@@ -144,7 +144,7 @@ def devices_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespa
     from functools import partial
 
     from conformance import under_test
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
@@ -171,7 +171,7 @@ def partitions_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_name
     from functools import partial
 
     from conformance import objects, under_test
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
@@ -205,7 +205,7 @@ def shareable_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_names
     from functools import partial
 
     from conformance import objects, under_test
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)

@@ -14,7 +14,7 @@ import kubernetes
 import pytest
 
 from conformance import checks, objects
-from harness import wait
+from harness.k8s import wait
 
 pytestmark = pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conformance import checks, objects
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 

@@ -17,7 +17,7 @@ import pytest
 from conformance import checks, objects
 from fake_devices import faults
 from fake_devices.render import FAULT_EFFECTS, FAULT_TAINT_KEY
-from harness import wait
+from harness.k8s import wait
 
 DEVICE_TAINTS = pytest.mark.dra_feature("DRADeviceTaints", maturity="ga")
 DEVICE_TAINT_RULES = pytest.mark.dra_feature("DRADeviceTaintRules", maturity="ga")

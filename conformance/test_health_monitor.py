@@ -36,8 +36,8 @@ from conformance.under_test import DevicePool
 from fake_devices import faults
 from fake_devices.controller import FakeDriver
 from fake_devices.healthmonitor import MONITOR_LABEL
-from harness import wait
-from harness.pytest_plugin import vendor_driver
+from harness.k8s import wait
+from harness.pytest_plugin.plugin import vendor_driver
 
 pytestmark = [pytest.mark.dra_feature("DRADeviceTaintRules", maturity="ga")]
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from conformance import checks, objects, under_test
-from harness import wait
+from harness.k8s import wait
 
 pytestmark = [pytest.mark.needs_kubelet, pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")]
 
@@ -30,7 +30,7 @@ SHOW_CONTAINER = ["sh", "-c", f"env; echo '{MOUNTS}'; cat /proc/mounts; echo '{D
 @pytest.fixture
 def kubelet_pool(request, devices_under_test):
     """One device of the driver under test on a node run by a real kubelet, or skip naming why."""
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     if vendor_driver(request.config) is None:
         from functools import partial
@@ -121,13 +121,14 @@ def test_container_receives_the_cdi_edits_of_its_claim(k8s, dra_namespace, dra_c
 def _registration_dir(request, node: str) -> Path | None:
     """The kubelet's plugin registration directory on `node`, where the harness knows it: the local
     backend's real node (the fake driver's plugins there, or the vendor's plugin it started)."""
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
-    if vendor_driver(request.config) is None:
+    vendor = vendor_driver(request.config)
+    if vendor is None:
         return request.getfixturevalue("real_node").node.dirs.plugins_registry
-    from harness import vendor_plugin
-
-    return next((p.registration_dir for p in vendor_plugin.load_plugins() if p.node == node), None)
+    if vendor.kubelet_plugin is None:
+        return None  # the vendor starts its plugin itself: the harness does not know where it registers
+    return next((p.registration_dir for p in request.getfixturevalue("vendor_plugins") if p.node == node), None)
 
 
 def advertised_services(registration_dir: Path, driver: str) -> tuple[Path, list[str]] | None:
@@ -155,7 +156,7 @@ def test_plugin_health_reaches_allocated_resources_status(request, k8s, dra_name
     reports the health of the claim's device in the container's allocatedResourcesStatus: Healthy for
     a free device without a taint. A plugin that serves no health: not applicable (a failure if the
     vendor file claims ResourceHealthStatus)."""
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     ns, pool = dra_namespace, kubelet_pool
     registration_dir = _registration_dir(request, pool.node)

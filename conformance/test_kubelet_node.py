@@ -14,7 +14,7 @@ import pytest
 
 from conformance import checks, objects
 from fake_devices import faults
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 pytestmark = [pytest.mark.needs_kubelet,

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from conformance import checks, objects, under_test
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 pytestmark = [pytest.mark.needs_kubelet, pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")]
@@ -61,7 +61,7 @@ def _vendor_plugin_on(request, drivers, node: str):
 
 @pytest.fixture
 def plugin_under_test(request, k8s: Clients, dra_cluster) -> PluginUnderTest:
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     if vendor_driver(request.config) is None:
         from functools import partial
@@ -146,7 +146,7 @@ def _slices_on(k8s: Clients, node: str, driver: str | None = None) -> dict[str, 
 
 def test_kubelet_wipes_the_slices_of_a_plugin_that_is_gone(request, k8s: Clients, cluster_facts, cluster_objects,
                                                             unique_name, record_property):
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     if vendor is None:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conformance import checks, objects
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 pytestmark = [pytest.mark.needs_kubelet, pytest.mark.fake_devices,

@@ -21,8 +21,8 @@ from kubernetes.client.rest import ApiException
 from conformance import checks
 from conformance.conftest import EPHEMERAL_LABEL
 from fake_devices.deviceplugin import journal
-from harness import wait
 from harness.k8s import nodes as node_facts
+from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.migration import local, workload
 from harness.migration.rehearsal import MigrationNode, Rehearsal

@@ -18,7 +18,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from conformance import checks, objects
-from harness import wait
+from harness.k8s import wait
 
 PRIORITIZED = pytest.mark.dra_feature("DRAPrioritizedList", maturity="ga")
 ADMIN = pytest.mark.dra_feature("DRAAdminAccess", maturity="ga")

@@ -20,7 +20,7 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 pytestmark = pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")

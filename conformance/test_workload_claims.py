@@ -31,7 +31,7 @@ from __future__ import annotations
 import pytest
 
 from conformance import checks, objects
-from harness import wait
+from harness.k8s import wait
 
 pytestmark = [
     pytest.mark.dra_feature("DRAWorkloadResourceClaims", maturity="beta"),

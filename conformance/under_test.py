@@ -35,8 +35,8 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from conformance import objects
-from harness import wait
 from harness.k8s import nodes as node_facts
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 LABEL = "dra-harness.x-k8s.io/test-class"  # on every DeviceClass a test makes over the driver's devices
@@ -325,7 +325,7 @@ def give_back(k8s: Clients, namespace: str, drivers=(), kubelet_nodes=(), timeou
 
 @contextlib.contextmanager
 def taking_turns(lock_dir: Path) -> Iterator[None]:
-    from harness.locking import file_lock
+    from harness.core.locking import file_lock
 
     with file_lock(lock_dir / "vendor-devices.lock"):
         yield

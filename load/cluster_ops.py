@@ -15,9 +15,12 @@ from kubernetes.client.rest import ApiException
 
 from fake_devices.config import PROFILE_LABEL
 from fake_devices.controller import ignore_missing
+from load.scenarios import LOAD_LABEL
 
-LOAD_LABEL = "dra-harness.x-k8s.io/load"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+# What the node lifecycle controller puts on a node without a kubelet (or whose KWOK stopped): the
+# pods of a run on a given cluster tolerate them on the run's own nodes (see `tolerations`).
+NODE_CONDITION_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 class BindingWatch:
@@ -143,28 +146,40 @@ def explain_unbound(core, namespace: str, watch: BindingWatch, since: float, que
     return "; ".join(seen)
 
 
-def pod(name: str, template: str | None = None, extended: str | None = None) -> dict:
+def tolerations(node_taint: str) -> list[dict]:
+    """A run on a given cluster taints its own nodes with `node_taint` (so nothing else lands there)
+    and its pods tolerate that taint and the node lifecycle taints (its nodes may have no kubelet).
+    Without a node taint (a cluster the run started) its pods tolerate nothing special."""
+    if not node_taint:
+        return []
+    return [{"key": key, "operator": "Exists"} for key in (node_taint, *NODE_CONDITION_TAINTS)]
+
+
+def pod(name: str, template: str | None = None, extended: str | None = None, *, label: str = "true",
+        node_taint: str = "") -> dict:
     container: dict = {"name": "main", "image": PAUSE_IMAGE}
     spec: dict = {"containers": [container], "terminationGracePeriodSeconds": 0}
+    if node_taint:
+        spec["tolerations"] = tolerations(node_taint)
     if template:
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
         container["resources"] = {"claims": [{"name": "gpu"}]}
     if extended:
         container["resources"] = {"limits": {extended: "1"}, "requests": {extended: "1"}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {LOAD_LABEL: "true"}}, "spec": spec}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {LOAD_LABEL: label}}, "spec": spec}
 
 
-def pod_group_with_claim(name: str, template: str) -> dict:
+def pod_group_with_claim(name: str, template: str, *, label: str = "true") -> dict:
     """A PodGroup (scheduling.k8s.io/v1beta1) whose members share one claim made from `template`."""
     return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": name, "labels": {LOAD_LABEL: "true"}},
+            "metadata": {"name": name, "labels": {LOAD_LABEL: label}},
             "spec": {"schedulingPolicy": {"basic": {}},
                      "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}]}}
 
 
-def group_member(name: str, group: str, template: str) -> dict:
+def group_member(name: str, group: str, template: str, **labels_and_taint) -> dict:
     """A pod of `group` whose claim entry equals the group's, so it uses the group's shared claim."""
-    body = pod(name, template=template)
+    body = pod(name, template=template, **labels_and_taint)
     body["spec"]["schedulingGroup"] = {"podGroupName": group}
     return body
 
@@ -220,16 +235,16 @@ def label_node_with_profile(core, node: str, profile: str) -> None:
     core.patch_node(node, {"metadata": {"labels": {PROFILE_LABEL: profile}}})
 
 
-def taint_rule(name: str, driver: str, pool: str) -> dict:
+def taint_rule(name: str, driver: str, pool: str, *, label: str = "true") -> dict:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
-            "metadata": {"name": name, "labels": {LOAD_LABEL: "true"}},
+            "metadata": {"name": name, "labels": {LOAD_LABEL: label}},
             "spec": {"deviceSelector": {"driver": driver, "pool": pool},
                      "taint": {"key": "dra-harness.x-k8s.io/load", "value": "held", "effect": "NoSchedule"}}}
 
 
-def extended_class(name: str, driver: str, resource: str) -> dict:
+def extended_class(name: str, driver: str, resource: str, *, label: str = "true") -> dict:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": name, "labels": {LOAD_LABEL: "true"}},
+            "metadata": {"name": name, "labels": {LOAD_LABEL: label}},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}],
                      "extendedResourceName": resource}}
 
@@ -239,10 +254,12 @@ def claim_template(name: str, device_class: str) -> dict:
             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}}}}
 
 
-def cleanup(core, resource, namespace: str) -> None:
-    """Delete what a load run created (namespace, its DeviceTaintRules and DeviceClasses)."""
-    for rule in resource.list_device_taint_rule(label_selector=LOAD_LABEL).items:
+def cleanup(core, resource, namespace: str, label: str = "true") -> None:
+    """Delete what a load run created (namespace, its DeviceTaintRules and DeviceClasses): the objects
+    labelled with this run's `label` only, so runs sharing a cluster never remove each other's."""
+    selector = f"{LOAD_LABEL}={label}"
+    for rule in resource.list_device_taint_rule(label_selector=selector).items:
         ignore_missing(resource.delete_device_taint_rule, rule.metadata.name)
-    for cls in resource.list_device_class(label_selector=LOAD_LABEL).items:
+    for cls in resource.list_device_class(label_selector=selector).items:
         ignore_missing(resource.delete_device_class, cls.metadata.name)
     ignore_missing(core.delete_namespace, namespace)

@@ -28,7 +28,7 @@ from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
 from fake_devices.controller import ignore_missing
-from harness import conditions
+from harness.core import conditions
 from load import cluster_ops as ops
 from load import metrics, scenarios, throughput
 
@@ -47,7 +47,17 @@ def _options(parser) -> None:
     group = parser.add_argument_group("dra-harness")
     group.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="cluster under load")
     group.add_argument("--scenario", default="device-freed")
-    group.add_argument("--nodes", type=int, default=10, help="nodes of the cluster (named dev-0...)")
+    group.add_argument("--nodes", type=int, default=10, help="nodes of the cluster (named <node prefix>0...)")
+    group.add_argument("--node-prefix", default="dev-", help="the nodes are <prefix>0 .. <prefix>N-1")
+    group.add_argument("--namespace", default="", help="where the run's pods live (default: load-<scenario>)")
+    group.add_argument("--run-label", default="true",
+                       help="value of the dra-harness.x-k8s.io/load label on every object the run creates; "
+                            "clean-up removes only the objects with this value")
+    group.add_argument("--node-taint", default="",
+                       help="a taint key on the run's own nodes: the pods tolerate it and the node lifecycle "
+                            "taints (nodes without a kubelet); default: none")
+    group.add_argument("--extended-resource", default=scenarios.EXTENDED_RESOURCE,
+                       help="extended-throughput: the extended resource the pods ask for")
     group.add_argument("--pending", type=int, default=10)
     group.add_argument("--events", type=int, default=10,
                        help="stop after this many events in total (split across worker processes)")
@@ -93,7 +103,7 @@ def _scrape(options) -> dict:
 def _setup(environment, **_) -> None:
     options = environment.parsed_options
     core, resource = _clients(options)
-    namespace = f"load-{options.scenario}"
+    namespace = options.namespace or f"load-{options.scenario}"
     gpu_driver = f"gpu.{options.driver_domain}"
     STATE.update(namespace=namespace, driver=gpu_driver, fired=0, latencies=[], pods_created=0,
                  cpu_start=psutil.Process().cpu_times(), wall_start=time.monotonic(), environment=environment,
@@ -112,21 +122,22 @@ def _setup(environment, **_) -> None:
                    lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(namespace).items), 60)
     gpu_class = f"{options.driver_instance}-gpu"
     resource.create_namespaced_resource_claim_template(namespace, ops.claim_template("one-gpu", gpu_class))
-    nodes = [f"dev-{i}" for i in range(options.nodes)]
+    nodes = [f"{options.node_prefix}{i}" for i in range(options.nodes)]
     scenario = options.scenario
     waiting = {f"wait-{i}" for i in range(options.pending)}
 
     if scenario in ("device-freed", "claim-shared"):
         fill = [f"fill-{i}" for i in range(options.nodes * options.devices_per_node)]
-        ops.create_pods(core, namespace, [ops.pod(n, template="one-gpu") for n in fill])
+        ops.create_pods(core, namespace, [_pod(options, n, template="one-gpu") for n in fill])
         ops.wait_until("every device to be allocated", lambda: ops.count_bound(core, namespace, set(fill)) == len(fill), 600)
     elif scenario == "taint-removed":
         for node in nodes:
-            resource.create_device_taint_rule(ops.taint_rule(f"load-hold-{node}", gpu_driver, node))
+            resource.create_device_taint_rule(ops.taint_rule(f"load-hold-{node}", gpu_driver, node,
+                                                             label=options.run_label))
     elif scenario in scenarios.BURST_SCENARIOS or scenario == "steady-state":
         if scenario == "extended-throughput":  # pods get the device through the class's extended resource
             resource.create_device_class(ops.extended_class(f"{options.driver_instance}-extended", gpu_driver,
-                                                            scenarios.EXTENDED_RESOURCE))
+                                                            options.extended_resource, label=options.run_label))
         first = [f"init-{i}" for i in range(options.pending // 2 if scenario != "steady-state" else options.pending)]
         ops.create_pods(core, namespace, [_burst_pod(options, n) for n in first])
         ops.wait_until("the initial pods to be scheduled", lambda: ops.count_bound(core, namespace, set(first)) == len(first), 600)
@@ -135,16 +146,18 @@ def _setup(environment, **_) -> None:
         scheduling = kubernetes.client.SchedulingV1beta1Api(STATE["api"])
         groups = [f"grp-{i}" for i in range(options.pending // 2)]
         for group in groups:
-            scheduling.create_namespaced_pod_group(namespace, ops.pod_group_with_claim(group, "one-gpu"))
+            scheduling.create_namespaced_pod_group(namespace, ops.pod_group_with_claim(group, "one-gpu",
+                                                                                       label=options.run_label))
         waiting = {f"{group}-{member}" for group in groups for member in ("a", "b")}
-        ops.create_pods(core, namespace, [ops.group_member(f"{g}-{m}", g, "one-gpu") for g in groups for m in "ab"])
+        ops.create_pods(core, namespace, [ops.group_member(f"{g}-{m}", g, "one-gpu", **_marks(options))
+                                          for g in groups for m in "ab"])
         ops.wait_until("every group member to be parked as unschedulable",
                        lambda: ops.all_unschedulable(core, namespace, waiting), 600)
         waiting = set()
     if waiting:
         extended = scenario == "class-created"
-        bodies = [ops.pod(n, extended=f"load.example.com/gpu-{n.split('-')[1]}") if extended else ops.pod(n, template="one-gpu")
-                  for n in sorted(waiting)]
+        bodies = [_pod(options, n, extended=_class_resource(options, n.split('-')[1])) if extended
+                  else _pod(options, n, template="one-gpu") for n in sorted(waiting)]
         ops.create_pods(core, namespace, bodies)
         ops.wait_until("every waiting pod to be parked as unschedulable",
                        lambda: ops.all_unschedulable(core, namespace, waiting), 600)
@@ -154,6 +167,20 @@ def _setup(environment, **_) -> None:
     STATE["cpu_start"] = psutil.Process().cpu_times()
     STATE["window_start"] = conditions.snapshot(options.conditions_root_pid or None)  # the measured window
     STATE["metrics_window_start"] = _scrape(options)  # the scheduler's counters without the set-up
+
+
+def _marks(options) -> dict:
+    """What every pod of this run carries: the run's label, and tolerations for its own nodes' taint."""
+    return {"label": options.run_label, "node_taint": options.node_taint}
+
+
+def _pod(options, name: str, **kwargs) -> dict:
+    return ops.pod(name, **kwargs, **_marks(options))
+
+
+def _class_resource(options, number) -> str:
+    """class-created: the extended resource of waiting pod `number`'s DeviceClass (in the driver's domain)."""
+    return f"{options.driver_domain}/gpu-{number}"
 
 
 def _budget(options, runner) -> int:
@@ -173,7 +200,7 @@ def _worker_count(options) -> int:
 def _targets(options, runner):
     """What each event acts on, derived from the parameters alone, so a worker can compute its share
     (every n-th target) without talking to the master."""
-    nodes = [f"dev-{i}" for i in range(options.nodes)]
+    nodes = [f"{options.node_prefix}{i}" for i in range(options.nodes)]
     fill = [f"fill-{i}" for i in range(options.nodes * options.devices_per_node)]
     every = {"device-freed": fill, "claim-shared": fill,
              "slice-added": nodes, "taint-removed": [f"load-hold-{n}" for n in nodes],
@@ -244,7 +271,7 @@ def _teardown(environment, **_) -> None:
             writer.writerow(stats_csv.failures_columns)
             stats_csv._failures_data_rows(writer)
     core, resource = _clients(options)
-    ops.cleanup(core, resource, STATE["namespace"])
+    ops.cleanup(core, resource, STATE["namespace"], options.run_label)
 
 
 def _throughput(core, namespace: str, burst: int) -> dict:
@@ -475,9 +502,11 @@ class TaintRemovedUser(DRAUser):
 class ClassCreatedUser(DRAUser):
     def _unblock(self) -> None:
         i = next(STATE["targets"])
-        self.last_target = f"create DeviceClass load-gpu-{i}"
-        STATE["resource"].create_device_class(ops.extended_class(f"load-gpu-{i}", STATE["driver"],
-                                                                  f"load.example.com/gpu-{i}"))
+        options = self.environment.parsed_options
+        name = f"{options.driver_instance}-gpu-{i}"
+        self.last_target = f"create DeviceClass {name}"
+        STATE["resource"].create_device_class(ops.extended_class(name, STATE["driver"], _class_resource(options, i),
+                                                                  label=options.run_label))
 
 
 class ThroughputUser(User):
@@ -509,8 +538,8 @@ def _burst_pod(options, name: str) -> dict:
     """A pod of the throughput-like scenarios: one GPU through the claim template, or (extended-throughput)
     through the extended resource of the DeviceClass created at set-up."""
     if options.scenario == "extended-throughput":
-        return ops.pod(name, extended=scenarios.EXTENDED_RESOURCE)
-    return ops.pod(name, template="one-gpu")
+        return _pod(options, name, extended=options.extended_resource)
+    return _pod(options, name, template="one-gpu")
 
 
 class SteadyStateUser(DRAUser):
@@ -533,7 +562,7 @@ class SteadyStateUser(DRAUser):
             STATE["max_lag"] = max(STATE.get("max_lag", 0.0), lag)
         self.target = f"arrival-{number}"
         self.last_target = f"create pod {self.target}"
-        STATE["core"].create_namespaced_pod(STATE["namespace"], ops.pod(self.target, template="one-gpu"))
+        STATE["core"].create_namespaced_pod(STATE["namespace"], _pod(options, self.target, template="one-gpu"))
         STATE["pods_created"] += 1
 
     def _among(self) -> set[str] | None:

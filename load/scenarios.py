@@ -62,6 +62,50 @@ USER_CLASSES = {"device-freed": "DeviceFreedUser", "slice-added": "SliceAddedUse
                 "steady-state": "SteadyStateUser"}
 
 
+LOAD_LABEL = "dra-harness.x-k8s.io/load"  # on every object a run creates; its value names the run
+PROFILE_NAME = "load-gpu"  # the device profile of the load nodes (D GPUs)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a run acts on and what it calls the objects it creates. On a cluster the run started
+    (`own`) that is the whole cluster: nodes dev-0..N-1, the fake driver `load`. On a cluster it was
+    given (`guest`) every name carries the run's id: its own nodes (tainted `LOAD_LABEL`, so nothing
+    else is scheduled there; its pods tolerate that), its own driver instance, domain, profile and
+    namespace, so it neither touches nor is confused with anything already there."""
+
+    namespace: str
+    node_prefix: str = "dev-"
+    run_label: str = "true"  # the value of LOAD_LABEL on every object; clean-up selects by it
+    node_taint: str = ""  # a taint key on the run's nodes that its pods tolerate ("" none)
+    driver_instance: str = "load"
+    driver_domain: str = "load.example.com"
+    profile: str = PROFILE_NAME
+    extended_resource: str = EXTENDED_RESOURCE
+
+    @classmethod
+    def own(cls, scenario: str) -> "Placement":
+        return cls(namespace=f"load-{scenario}")
+
+    @classmethod
+    def guest(cls, scenario: str, run_id: str) -> "Placement":
+        """`run_id`: a short lower-case hex id, unique among the runs on the cluster."""
+        prefix = f"load-{run_id}"
+        return cls(namespace=f"load-{scenario}-{run_id}", node_prefix=f"{prefix}-dev-", run_label=prefix,
+                   node_taint=LOAD_LABEL, driver_instance=prefix, driver_domain=f"{prefix}.example.com",
+                   profile=f"{PROFILE_NAME}-{run_id}", extended_resource=f"{prefix}.example.com/gpu")
+
+    def node_names(self, count: int) -> list[str]:
+        return [f"{self.node_prefix}{i}" for i in range(count)]
+
+    def locust_args(self) -> list[str]:
+        """The locust file's options (load/locustfile.py) that carry this placement."""
+        return ["--namespace", self.namespace, "--node-prefix", self.node_prefix, "--run-label", self.run_label,
+                "--node-taint", self.node_taint, "--driver-instance", self.driver_instance,
+                "--driver-domain", self.driver_domain, "--device-profile", self.profile,
+                "--extended-resource", self.extended_resource]
+
+
 @dataclass(frozen=True)
 class LoadParams:
     scenario: str

@@ -2,15 +2,18 @@
 is the embedded default; `kind` runs real kubelets in Docker; `existing` uses a cluster the user owns.
 
 Callers never switch on a backend's name: they call `get(name)` and use the `Backend` interface
-(harness.backends.base). A backend's module is imported only when it is chosen."""
+(harness.backends.base). A backend's module is imported only when it is chosen. `attach(kubeconfig)`
+gives the record of a cluster the user names by kubeconfig (used by `run` and the pytest session)."""
 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
-from harness.backends.base import Backend
-from harness.errors import ConfigError, Problem
-from harness.progress import Reporter
+from harness.backends.base import Backend, ClusterInfo
+from harness.backends.common import kubeconfig_endpoint
+from harness.core.errors import ConfigError, Problem
+from harness.core.progress import Reporter
 
 # name -> "module:class"; a new backend is one line here plus its module.
 REGISTRY: dict[str, str] = {
@@ -33,3 +36,23 @@ def backend_class(name: str, flag: str = "--backend") -> type[Backend]:
 
 def get(name: str, reporter: Reporter | None = None, flag: str = "--backend") -> Backend:
     return backend_class(name, flag)(reporter)
+
+
+def attach(kubeconfig: str, where: str = "--kubeconfig") -> ClusterInfo:
+    """The record of a cluster the user gives by kubeconfig (nothing of it is started or stopped)."""
+    path = Path(kubeconfig).expanduser()
+    name, server = kubeconfig_endpoint(path, where)
+    local = _local_cluster(path)
+    if local is not None:  # a local cluster of this machine: its record names its real nodes and logs
+        return local
+    return ClusterInfo(name=name, backend="existing", kubeconfig=path, server=server)
+
+
+def _local_cluster(kubeconfig: Path) -> ClusterInfo | None:
+    from harness.backends.local import state
+
+    try:
+        found = state.find_by_kubeconfig(kubeconfig)
+        return get("local").info(found.name) if found is not None else None
+    except Exception:  # a half-written record of a cluster being made or removed: attach as any cluster
+        return None

@@ -3,7 +3,7 @@
 A caller chooses a backend by name through the registry (`harness.backends.get`), describes the
 cluster it wants with one frozen `ClusterSpec` (every backend reads the fields it uses and refuses
 the ones it does not, see `Backend.spec_flags`), and gets a `ClusterInfo` back: the record that is
-handed to the suite (`harness.records`) and read by fixtures and diagnostics.
+handed to the suite (`harness.core.records`) and read by fixtures and diagnostics.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any, ClassVar, Protocol
 
 from harness.binaries import Versions
 from harness.config.cluster import ClusterDefinition
-from harness.files import tail
-from harness.progress import Reporter
-from harness.records import ClusterInfo, RealNode  # noqa: F401  (backends build them; callers import them here)
+from harness.core.files import tail
+from harness.core.progress import Reporter
+from harness.core.records import ClusterInfo, RealNode  # noqa: F401  (backends build them; callers import them here)
 
 
 @dataclass(frozen=True)

@@ -4,20 +4,26 @@ The kind and existing backends do their work with `docker`, `kind` and `kubectl`
 builds the whole sequence as a list of `Step`s (pure data: argv, pipes, output files, or a named
 Python action such as waiting for ResourceSlices), then runs it. Tests compare the list itself, so
 the exact commands `cluster up` would run are checked without Docker.
+
+The local backend's real nodes ask the machine short questions and make small changes (`ip`,
+`iptables`, `ctr`, `umount`, `go build`) whose exit status they judge themselves: `Runner.query`
+and `Runner.which`. Every such command goes through a Runner, so a test hands in one built from a
+fake `run` and `which` and sees exactly the commands that would run.
 """
 
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import HarnessError
-from harness.progress import Reporter
+from harness.core.errors import HarnessError
+from harness.core.progress import Reporter
 
 OUTPUT_TAIL = 25  # lines of a failed command's output shown in the error
 
@@ -65,12 +71,38 @@ class CommandFailed(HarnessError):
 class Runner:
     """Runs steps in order with progress output; `actions` maps action names to callables."""
 
-    def __init__(self, reporter: Reporter, actions: dict[str, Callable[[], object]] | None = None,
-                 popen: Callable = subprocess.Popen, env: dict[str, str] | None = None):
-        self.reporter = reporter
+    def __init__(self, reporter: Reporter | None = None, actions: dict[str, Callable[[], object]] | None = None,
+                 popen: Callable = subprocess.Popen, env: dict[str, str] | None = None, *,
+                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+                 which: Callable[[str], str | None] = shutil.which):
+        self.reporter = reporter or Reporter(quiet=True)
         self.actions = dict(actions or {})
         self._popen = popen
         self._env = env  # the commands' environment (e.g. DOCKER_HOST of the harness's own dockerd)
+        self._run = run
+        self._which = which
+
+    def query(self, argv: Sequence[str | Path], *, timeout: float = 60.0, cwd: Path | None = None,
+              env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+        """A short command whose exit status the caller judges: text output captured, never raises for
+        an exit status. A missing program or a timeout come back as 127 / 124 with the reason in stderr.
+        `env` replaces the environment (default: the runner's, else this process's)."""
+        args = [str(a) for a in argv]
+        options: dict = {"capture_output": True, "text": True, "timeout": timeout}
+        if cwd is not None:
+            options["cwd"] = cwd
+        if env is not None or self._env is not None:
+            options["env"] = dict(env if env is not None else self._env or {})
+        try:
+            return self._run(args, **options)
+        except FileNotFoundError:
+            return subprocess.CompletedProcess(args, 127, "", f"{args[0]}: not installed")
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(args, 124, "", f"no answer within {timeout:.0f}s")
+
+    def which(self, program: str) -> str | None:
+        """Where `program` is on PATH (None: not installed)."""
+        return self._which(program)
 
     def run_all(self, steps: Iterable[Step]) -> None:
         for step in steps:
@@ -169,9 +201,4 @@ def _tail(output: bytes) -> str:
 def run_quiet(argv: list[str], timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """A short query (`docker info`, `kind version`): output captured, never raises for exit codes.
     A missing program or a timeout comes back as returncode 127 / 124 with the reason in stderr."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    except FileNotFoundError:
-        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: not installed")
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"no answer within {timeout:.0f}s")
+    return Runner(env=env).query(argv, timeout=timeout)

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness import binaries
-from harness.errors import BinariesError, ConfigError, Problem
+from harness.core.errors import BinariesError, ConfigError, Problem
+from harness.core.progress import Reporter
 from harness.k8s.client import Clients, read_kubeconfig
-from harness.progress import Reporter
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import yaml
 
-from harness import paths
 from harness.backends import manifests
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
 from harness.backends.commands import Runner, Step, action, command
@@ -33,9 +32,10 @@ from harness.backends.common import (
     kubeconfig_endpoint,
     validate_name,
 )
-from harness.errors import ClusterNotFound, ConfigError, HarnessError, Problem
-from harness.files import write_atomic
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, Problem
+from harness.core.files import write_atomic
+from harness.core.progress import Reporter
 
 STATE_FILE = "state.yaml"
 ROLLOUT_TIMEOUT = 300.0

@@ -33,7 +33,6 @@ from pathlib import Path
 
 import yaml
 
-from harness import paths
 from harness.backends import manifests
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
 from harness.backends.commands import Runner, Step, action, command, run_quiet
@@ -42,9 +41,10 @@ from harness.backends.common import find_kubectl, kubeconfig_endpoint, validate_
 from harness.backends.kindhost.docker import Engine, Facts
 from harness.config import featuregates
 from harness.config.cluster import ClusterDefinition
-from harness.errors import ClusterNotFound, ConfigError, HarnessError, Problem
-from harness.files import write_atomic
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, Problem
+from harness.core.files import write_atomic
+from harness.core.progress import Reporter
 
 KIND_MIN_VERSION = (0, 33, 0)
 DOCKER_MIN_VERSION = (28, 0)  # `docker save --platform` needs Docker Engine 28 (API 1.48)
@@ -683,7 +683,7 @@ def _known_gates(kubernetes_version: str) -> set[str] | None:
     components (dependencies and locked gates are still checked against the matrix first)."""
     from harness import binaries
     from harness.backends.local.backend import known_gates
-    from harness.errors import BinariesError
+    from harness.core.errors import BinariesError
 
     try:
         binset = binaries.locate(binaries.Versions(kubernetes=kubernetes_version))

@@ -25,7 +25,7 @@ import harness
 from fake_devices import profile as profiles
 from fake_devices import render
 from fake_devices.config import DEVICE_TYPES, PROFILE_LABEL
-from harness.errors import ConfigError, HarnessError, Problem
+from harness.core.errors import ConfigError, HarnessError, Problem
 
 NAMESPACE = "dra-harness-system"
 INSTANCE = "fake"
@@ -257,7 +257,7 @@ def _unreachable_is_not_yet(check):
 
 
 def _described(clients) -> str:
-    from harness.wait import describe_namespace
+    from harness.k8s.wait import describe_namespace
 
     try:
         return describe_namespace(clients, NAMESPACE)
@@ -267,7 +267,7 @@ def _described(clients) -> str:
 
 def wait_rollout(clients, timeout: float) -> None:
     """The controller Deployment is available and every plugin pod the DaemonSet wants is ready."""
-    from harness.wait import until
+    from harness.k8s.wait import until
 
     apps = _apps(clients)
 
@@ -323,7 +323,7 @@ def complete_pools(slices) -> set[tuple[str, str]]:
 def wait_published(clients, served: set[str], timeout: float) -> int:
     """Every node labelled with a served profile has all its ResourceSlices published. Returns the
     number of pools (node x driver) found complete."""
-    from harness.wait import until
+    from harness.k8s.wait import until
 
     state: dict = {}
 
@@ -347,7 +347,7 @@ def wait_published(clients, served: set[str], timeout: float) -> int:
 
 def wait_nodes_ready(clients, names: set[str], timeout: float) -> None:
     from harness.k8s.nodes import is_ready
-    from harness.wait import until
+    from harness.k8s.wait import until
 
     state: dict = {}
 

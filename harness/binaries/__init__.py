@@ -14,9 +14,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import paths
-from harness.errors import BinariesError, ConfigError, Problem
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import BinariesError, ConfigError, Problem
+from harness.core.progress import Reporter
 
 DEFAULT_KUBERNETES = "1.37.2"
 DEFAULT_ETCD = "3.6.16"

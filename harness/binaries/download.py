@@ -21,8 +21,8 @@ import urllib.request
 from pathlib import Path
 
 from harness.binaries import GROUPS, Versions, host_platform, manifest
-from harness.errors import BinariesError
-from harness.progress import Reporter
+from harness.core.errors import BinariesError
+from harness.core.progress import Reporter
 
 NAME = "download"
 DESCRIPTION = "downloading official release binaries"

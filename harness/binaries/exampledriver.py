@@ -14,10 +14,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness import paths
 from harness.binaries import cache_error, host_platform, manifest, require_writable
-from harness.errors import BinariesError
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import BinariesError
+from harness.core.progress import Reporter
 
 MODULE = "sigs.k8s.io/dra-example-driver"
 VERSION = "0.4.0"
@@ -82,7 +82,7 @@ def main() -> int:
     binary (only this one file, so a second `make` takes well under a second)."""
     import sys
 
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
 
     try:
         print(ensure(Reporter()))

@@ -18,10 +18,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness import paths
 from harness.binaries import GROUPS, Versions, manifest
-from harness.errors import BinariesError
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import BinariesError
+from harness.core.progress import Reporter
 
 NAME = "build"
 DESCRIPTION = "building from the Go module proxy"

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness.locking import file_lock
+from harness.core.locking import file_lock
 
 MANIFEST = "manifest.json"
 

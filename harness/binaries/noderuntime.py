@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import paths
 from harness.binaries import cache_error, host_platform, manifest
-from harness.errors import BinariesError
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import BinariesError
+from harness.core.progress import Reporter
 
 CONTAINERD_VERSION = "2.4.2"
 CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
@@ -49,8 +50,8 @@ def cache_dir(version: str = CONTAINERD_VERSION) -> Path:
     return paths.cache_root() / "binaries" / f"containerd-v{version}_{os_name}-{arch}"
 
 
-def find_runc() -> Path | None:
-    found = shutil.which("runc")
+def find_runc(which: Callable[[str], str | None] = shutil.which) -> Path | None:
+    found = which("runc")
     candidates = [found] if found else []
     return next((Path(c) for c in [*candidates, *RUNC_CANDIDATES] if c and Path(c).is_file()), None)
 

@@ -220,7 +220,7 @@ def validate(name_or_path: str, kubernetes_version: str) -> ClusterDefinition:
     """Everything `cluster up --config` checks about a definition before it builds or starts anything:
     the file itself, its profiles, and its preset and gates against the Kubernetes version's matrix."""
     from harness.config import featuregates
-    from harness.errors import ConfigError
+    from harness.core.errors import ConfigError
 
     definition = load(name_or_path)
     matrix = featuregates.load_matrix(kubernetes_version)

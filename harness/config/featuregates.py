@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from clusters import FEATURE_GATES_DIR
-from harness.errors import ConfigError, Problem
+from harness.core.errors import ConfigError, Problem
 
 _API_VERSION = re.compile(r"^(api/(all|ga|beta|alpha)|[a-z0-9]([a-z0-9.-]*[a-z0-9])?/v\d+((alpha|beta)\d+)?|v1)$")
 

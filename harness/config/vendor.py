@@ -55,7 +55,7 @@ KNOWN_FEATURES = ("DynamicResourceAllocation", "DRAAdminAccess", "DRAConsumableC
 EXTENDED_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                                     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 # What `{name}` in spec.kubeletPlugin args and env stands for, per real node (the same keys as
-# `dra-harness cluster node-paths --json`, harness/vendor_plugin.py fills them in).
+# `dra-harness cluster node-paths --json`, harness/backends/local/vendor_plugin.py fills them in).
 PLUGIN_PLACEHOLDERS = {
     "nodeName": "the real node's name",
     "registrationDir": "the kubelet's plugin registration directory (plugins_registry)",
@@ -140,8 +140,8 @@ def placeholder_problems(template: str, allowed) -> list[str]:
 
 
 def command_values() -> dict[str, str]:
-    from harness import paths
     from harness.binaries import host_platform
+    from harness.core import paths
 
     os_name, arch = host_platform()
     return {"binaryCache": str(paths.cache_root() / "binaries"), "platform": f"{os_name}-{arch}"}

@@ -15,7 +15,7 @@ import urllib3
 import yaml
 from kubernetes.client.rest import ApiException
 
-from harness.errors import ConfigError, Problem
+from harness.core.errors import ConfigError, Problem
 
 # A kubeconfig is a few KiB; anything much bigger is not one (a log, /dev/zero), and is not read whole.
 MAX_KUBECONFIG_BYTES = 4 << 20

@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.errors import ConfigError, HarnessError, Problem
-from harness.progress import Reporter
+from harness.core.errors import ConfigError, HarnessError, Problem
+from harness.core.progress import Reporter
 
 if TYPE_CHECKING:
     from harness.config.cluster import ClusterDefinition
@@ -130,11 +130,11 @@ def run(args, reporter: Reporter, out) -> int:
 def _rehearse(chosen: Plan, cluster, reporter: Reporter):
     from fake_devices.config import DriverConfig
     from fake_devices.controller import FakeDriver
-    from harness import wait
     from harness.backends.local.realnode import images
     from harness.backends.local.realnode.deviceplugins import NodeDevicePlugins
     from harness.backends.local.realnode.layout import records
     from harness.backends.local.realnode.plugins import NodePlugins
+    from harness.k8s import wait
     from harness.k8s.client import Clients
     from harness.migration.local import LocalDra, LocalLegacy
     from harness.migration.rehearsal import Rehearsal

@@ -9,7 +9,7 @@ from typing import Any
 
 from fake_devices.controller import FakeDriver
 from fake_devices.deviceplugin import simulated
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.migration.rehearsal import MigrationNode
 
@@ -21,7 +21,7 @@ def create_simulated_nodes(k8s: Clients, names: list[str], pool: str, labels: di
                            timeout: float = 60.0) -> None:
     """Simulated (KWOK) nodes of the local backend, Ready before this returns (the caller deletes them)."""
     from harness.backends.local import nodes
-    from harness.progress import Reporter
+    from harness.core.progress import Reporter
 
     specs = [nodes.NodeSpec(name, pool=pool, labels=labels) for name in names]
     nodes.create(k8s.core, specs, Reporter(quiet=True))

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from kubernetes.client.rest import ApiException
 
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.migration import workload
 

@@ -203,7 +203,7 @@ def test_a_failure_on_the_real_node_is_explained_by_the_diagnostics(dra_cluster,
     runs with `--dra-backend existing` against a local cluster, as `dra-harness run` does."""
     failing = tmp_path / "test_fails_on_the_real_node.py"
     failing.write_text(f'''
-from harness import wait
+from harness.k8s import wait
 
 
 def test_pod_that_cannot_start(k8s, dra_namespace):
@@ -232,7 +232,7 @@ def test_report_credits_only_the_vendors_devices(dra_cluster, fake_driver, simul
     is "not applicable". (A pass without the vendor's devices, listed apart, is tests/unit/test_report.py's.)"""
     import json
 
-    from harness import report
+    from harness.jobs import report
 
     vendor = fake_driver({simulated_node: "dgx-h100"})
     config = _vendor_file(tmp_path, [vendor.drivers.gpu], deviceClasses=f"{{gpu: {vendor.config.instance}-gpu}}")

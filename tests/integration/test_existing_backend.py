@@ -23,8 +23,8 @@ from kubernetes.client.rest import ApiException
 
 from fake_devices import config as driver_config
 from fake_devices.controller import FakeDriver
-from harness import wait
 from harness.backends import manifests
+from harness.k8s import wait
 
 pytestmark = pytest.mark.integration
 
@@ -208,14 +208,3 @@ def test_run_on_a_given_cluster_tests_it_and_leaves_it_as_it_was(k8s, dra_cluste
     wait.until("the cluster to be as it was before the run", settled, 120,
                diagnostics=lambda: f"new: { {k: after[k] - before[k] for k in after} }, "
                                    f"gone: { {k: before[k] - after[k] for k in after} }")
-
-
-def test_load_run_on_a_given_cluster_is_refused_after_checking_the_kubeconfig(k8s, dra_cluster, tmp_path):
-    before = _cluster_scoped_names(k8s)
-    reports = tmp_path / "load"
-    result = _cli(tmp_path / "state", "load", "run", "--scenario", "device-freed", "--backend", "existing",
-                  "--kubeconfig", str(dra_cluster.kubeconfig), "--report-dir", str(reports))
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert "--backend: existing" in result.stderr and "not its to change" in result.stderr
-    assert not reports.exists() and not (tmp_path / "state" / "clusters").exists()
-    assert _cluster_scoped_names(k8s) == before

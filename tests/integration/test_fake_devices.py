@@ -8,7 +8,7 @@ import pytest
 from fake_devices import faults, profile, render
 from fake_devices.controller import INSTANCE_LABEL, FakeDriver
 from fake_devices.plan import content
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 pytestmark = pytest.mark.integration
@@ -88,7 +88,7 @@ def test_profile_change_bumps_the_pool_generation(k8s, fake_driver, simulated_no
 
 def test_deleted_node_loses_its_slices(k8s, fake_driver, unique_name):
     from harness.backends.local import nodes
-    from harness.progress import Reporter
+    from harness.core.progress import Reporter
 
     name = unique_name("gone")
     nodes.create(k8s.core, [nodes.NodeSpec(name, labels={"dra-harness.x-k8s.io/ephemeral": "true"})],
@@ -130,7 +130,7 @@ def test_fault_inject_refuses_devices_and_nodes_that_do_not_exist(k8s, dra_clust
                                                                     dra_namespace, capsys):
     import io
 
-    from harness import cli
+    from harness.cli import main as cli
 
     driver = fake_driver({simulated_node: "tiny"})
     cm = driver.config.faults_configmap

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fake_devices.controller import INSTANCE_LABEL
-from harness import wait
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from fake_devices import render
-from harness import wait
 from harness.backends import kind, manifests
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 pytestmark = [pytest.mark.integration, pytest.mark.kind_e2e]

@@ -21,10 +21,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import paths, wait
 from harness.backends import kind
 from harness.backends.kindhost import docker, hostnet
 from harness.backends.local.realnode import host as machine_settings
+from harness.core import paths
+from harness.k8s import wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.kind_e2e]
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import wait
 from harness.backends.kindhost import docker, hostnet, nodeimage
 from harness.backends.local.realnode import host as machine_settings
+from harness.core.progress import Reporter
+from harness.k8s import wait
 from harness.k8s.client import Clients
-from harness.progress import Reporter
 
 pytestmark = [pytest.mark.integration, pytest.mark.kind_e2e]
 

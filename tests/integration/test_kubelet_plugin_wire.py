@@ -24,9 +24,10 @@ import pytest
 from conformance import checks, objects
 from fake_devices import faults, profile, render
 from fake_devices.kubeletplugin import KubeletPlugin, PluginConfig
-from harness import wait, wirecompat
+from harness.binaries import wirecompat
+from harness.core.progress import Reporter
+from harness.k8s import wait
 from harness.k8s.client import Clients
-from harness.progress import Reporter
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from harness import load_runner
+from harness.jobs import load_runner
 from load import scenarios
 
 pytestmark = pytest.mark.integration

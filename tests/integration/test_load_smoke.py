@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from harness import cli, load_runner
+from harness.cli import main as cli
+from harness.jobs import load_runner
 from load import scenarios
 
 pytestmark = pytest.mark.integration

@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
-from harness import binaries, wait
+from harness import binaries
 from harness.backends.local import LocalBackend, process, state
 from harness.backends.local.backend import UpOptions
 from harness.backends.local.ports import listening
+from harness.k8s import wait
 from harness.k8s.client import Clients, https_get
 
 pytestmark = pytest.mark.integration
@@ -170,7 +171,7 @@ def test_port_taken_by_another_program_names_the_component(local_cluster, dra_ru
     import socket
 
     from harness.backends.local import ports
-    from harness.errors import ComponentError
+    from harness.core.errors import ComponentError
 
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))

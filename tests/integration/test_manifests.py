@@ -29,9 +29,10 @@ import harness
 from fake_devices import config as driver_config
 from fake_devices.config import PROFILE_LABEL
 from fake_devices.controller import INSTANCE_LABEL, FakeDriver
-from harness import binaries, wait
+from harness import binaries
 from harness.backends import manifests
 from harness.config import cluster
+from harness.k8s import wait
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import paths, report, wait
+from harness.core import paths
+from harness.jobs import report
+from harness.k8s import wait
 
 pytestmark = pytest.mark.integration
 

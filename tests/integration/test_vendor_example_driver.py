@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import paths
+from harness.core import paths
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import json
 
 import kubernetes
 
-from harness import allocations
+from harness.pytest_plugin import allocations
 
 EVENT = {"type": "MODIFIED", "object": {
     "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",

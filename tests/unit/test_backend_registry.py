@@ -9,8 +9,16 @@ import pytest
 
 from harness import backends
 from harness.backends.base import Backend, ClusterSpec
-from harness.errors import ConfigError
-from harness.records import ClusterInfo, RealNode, TestResult, read_cluster, read_results, write_cluster, write_results
+from harness.core.errors import ConfigError
+from harness.core.records import (
+    ClusterInfo,
+    RealNode,
+    TestResult,
+    read_cluster,
+    read_results,
+    write_cluster,
+    write_results,
+)
 
 
 @pytest.mark.parametrize("name", backends.BACKENDS)

@@ -18,8 +18,8 @@ import pytest
 
 import harness.binaries as binaries
 from harness.binaries import GROUPS, KUBE_BINARIES, Versions, download, gobuild, host_platform
-from harness.errors import BinariesError
-from harness.progress import Reporter
+from harness.core.errors import BinariesError
+from harness.core.progress import Reporter
 
 KUBE_VERSION = "1.37.2"
 ETCD_VERSION = "3.6.16"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.binaries import Versions, gobuild
-from harness.errors import BinariesError
-from harness.progress import Reporter
+from harness.core.errors import BinariesError
+from harness.core.progress import Reporter
 
 KUBERNETES_GOMOD = """\
 // This is a generated file. Do not edit directly.

@@ -13,8 +13,8 @@ import pytest
 
 import harness.binaries as binaries
 from harness.binaries import ALL_BINARIES, GROUPS, KUBE_BINARIES, Versions, download, gobuild, manifest
-from harness.errors import BinariesError, ConfigError
-from harness.progress import Reporter
+from harness.core.errors import BinariesError, ConfigError
+from harness.core.progress import Reporter
 
 NAMES = ("kube-apiserver", "kubelet")
 

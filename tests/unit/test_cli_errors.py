@@ -2,7 +2,7 @@
 created or started. Environment failures (a missing cluster, a broken binary cache) exit 1, also
 without a traceback.
 
-Every case runs the CLI (`harness.cli.run`, in this process, so the table stays fast on a loaded
+Every case runs the CLI (`harness.cli.main.run`, in this process, so the table stays fast on a loaded
 machine) with the state and cache directories pointed into a temporary directory, so nothing real is
 touched; a few cases also run through `python -m harness.cli` as a user runs it.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import paths
+from harness.core import paths
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = "{root}"  # replaced by the case's temporary directory
@@ -219,7 +219,12 @@ BAD_INPUT = [
      ["--kubeconfig", "files/nope", "does not exist"]),
     ("load-existing-unreachable", [*LOAD, "--backend", "existing", "--kubeconfig", f"{ROOT}/files/kc-unreachable"],
      ["kc-unreachable", "cannot reach the API server"]),
-    ("load-kind", [*LOAD, "--backend", "kind"], ["--backend: kind", "names its nodes itself", "local"]),
+    ("load-kind", [*LOAD, "--backend", "kind"], ["--backend: kind", "names its nodes itself", "local, existing"]),
+    # a given cluster keeps its own feature gates and is never stopped: judged before the kubeconfig is read
+    ("load-existing-hints", [*LOAD, "--backend", "existing", "--kubeconfig", f"{ROOT}/files/nope", "--hints", "off"],
+     ["--hints: off", "feature gates", "leave --hints out, or use --backend local"]),
+    ("load-existing-keep", [*LOAD, "--backend", "existing", "--keep-cluster"],
+     ["--keep-cluster", "always removes the run's own objects"]),
     ("sweep-time-limit-nan", ["load", "sweep", "--scenario", "device-freed", "--time-limit", "nan", *REPORTS],
      ["--time-limit: nan", "1 to 86400"]),
     ("too-many-nodes", ["cluster", "up", "--nodes", "5001"], ["--nodes: 5001", "at most 5000"]),
@@ -254,9 +259,9 @@ def _environment(root: Path, env: dict | None) -> dict[str, str]:
 
 
 def run_cli(args: list[str], root: Path, env: dict | None = None) -> Result:
-    """`harness.cli.run(ARGS)` in this process, with state and cache under `root` and `{root}` in ARGS
+    """`harness.cli.main.run(ARGS)` in this process, with state and cache under `root` and `{root}` in ARGS
     replaced; what it prints is captured, and an exception that escapes is recorded as a traceback."""
-    from harness import cli
+    from harness.cli import main as cli
 
     args = [a.replace(ROOT, str(root)) for a in args]
     saved = dict(os.environ)

@@ -1,4 +1,4 @@
-"""The conditions arithmetic (harness/conditions.py) on made-up snapshots: own vs others' CPU, the
+"""The conditions arithmetic (harness/core/conditions.py) on made-up snapshots: own vs others' CPU, the
 share of the machine, and the contended verdict."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections import namedtuple
 
 import pytest
 
-from harness import conditions
+from harness.core import conditions
 
 SystemTimes = namedtuple("SystemTimes", "user nice system idle iowait irq softirq steal guest guest_nice")
 ProcTimes = namedtuple("ProcTimes", "user system children_user children_system")

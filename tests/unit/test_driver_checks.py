@@ -125,7 +125,7 @@ def test_scheduler_refusal_over_an_invalid_pool_names_the_pool():
     cluster's invalid pools, each with its driver and why."""
     from types import SimpleNamespace as NS
 
-    from harness import pytest_plugin
+    from harness.pytest_plugin import plugin as pytest_plugin
 
     slices = _published("tiny", "duplicate-device-names")
     k8s = NS(resource=NS(list_resource_slice=lambda: NS(items=slices)),

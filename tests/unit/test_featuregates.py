@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from harness import paths
 from harness.config.featuregates import FeatureSettings, load_matrix, parse_known_gates, resolve
-from harness.errors import ConfigError
+from harness.core import paths
+from harness.core.errors import ConfigError
 
 
 @pytest.fixture(scope="module")

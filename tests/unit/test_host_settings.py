@@ -20,9 +20,9 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from harness import paths
 from harness.backends.local import process
 from harness.backends.local.realnode import host, inotify, preflight
+from harness.core import paths
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 

@@ -38,3 +38,20 @@ def test_a_suite_module_importing_a_backend_breaks_a_contract(tmp_path):
     assert result.returncode != 0
     assert "conformance is not allowed to import harness.backends" in result.stdout
     assert "conformance.reaches_in -> harness.backends.local.state" in result.stdout
+
+
+def test_a_core_module_importing_a_job_breaks_the_layers(tmp_path):
+    # a copy of harness/, found first on the path, whose bottom layer reaches up to a job
+    shutil.copytree(REPO / "harness", tmp_path / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "harness" / "core" / "reaches_up.py").write_text("from harness.jobs import report\n")
+    result = _lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "harness.core.reaches_up -> harness.jobs.report" in result.stdout
+
+
+def test_a_new_package_of_harness_must_be_placed_in_the_layers(tmp_path):
+    shutil.copytree(REPO / "harness", tmp_path / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "harness" / "misc.py").write_text('"""Somewhere."""\n')
+    result = _lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "harness.misc" in result.stdout and "exhaustive" in result.stdout

@@ -13,8 +13,8 @@ import yaml
 
 from fake_devices import yamlfile
 from fake_devices.errors import InvalidInput
-from harness import cli
 from harness.backends.local import nodes
+from harness.cli import main as cli
 from harness.config import cluster
 
 PROFILE = """apiVersion: dra-harness.x-k8s.io/v1alpha1

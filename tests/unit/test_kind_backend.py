@@ -25,8 +25,8 @@ import yaml
 from harness.backends import commands, kind, manifests
 from harness.backends.commands import CommandFailed, Runner, Step, command
 from harness.config import cluster, featuregates
-from harness.errors import ClusterNotFound, ConfigError, HarnessError
-from harness.progress import Reporter
+from harness.core.errors import ClusterNotFound, ConfigError, HarnessError
+from harness.core.progress import Reporter
 
 GOLDEN = Path(__file__).resolve().parent / "testdata" / "golden" / "kind-mixed.yaml"
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from harness.backends import kind, manifests
 from harness.backends.kindhost import driverbase
 from harness.config import vendor
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -125,8 +125,8 @@ def test_no_node_selector_when_a_labelled_node_lacks_a_driver():
 # --- the suite on kind: what `conformance run --backend kind` accepts, and its waits ------------------
 
 def test_conformance_run_on_kind_refuses_local_only_flags_before_anything_starts(tmp_path):
-    from harness import runner
-    from harness.errors import ConfigError
+    from harness.core.errors import ConfigError
+    from harness.jobs import runner
 
     with pytest.raises(ConfigError) as err:
         runner.plan(runner.ConformanceOptions(backend="kind", real_nodes="1", binaries_dir=tmp_path,
@@ -137,7 +137,7 @@ def test_conformance_run_on_kind_refuses_local_only_flags_before_anything_starts
 
 
 def test_conformance_run_on_kind_defaults_to_the_small_definition(tmp_path):
-    from harness import runner
+    from harness.jobs import runner
 
     checked = runner.plan(runner.ConformanceOptions(backend="kind", report_dir=tmp_path / "r"))
     assert checked.definition is not None and checked.definition.name == kind.KindBackend.suite_definition

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.backends.kindhost import capabilities, docker, hostnet, wrapper_file
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 FULL = "000001ffffffffff"  # 41 capabilities (cap_last_cap 40), all there
 NO_SYS_RESOURCE = "000001fffeffffff"  # measured on this VM: bit 24 missing

@@ -15,7 +15,7 @@ import yaml
 
 from harness.backends.kindhost import nodeimage
 from harness.binaries import manifest
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 KIND_CONTAINERD = '''version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.k8s.client import MAX_KUBECONFIG_BYTES, Clients, check_reachable, read_kubeconfig
 
 GOOD = ("apiVersion: v1\nkind: Config\ncurrent-context: c\n"

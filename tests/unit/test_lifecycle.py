@@ -13,12 +13,14 @@ import threading
 
 import pytest
 
-from harness import binaries, cli, paths
+from harness import binaries
 from harness.backends.local import backend as local_backend
 from harness.backends.local import nodes, ports, process, state
 from harness.backends.local.backend import LocalBackend, UpOptions
+from harness.cli import main as cli
 from harness.config.cluster import MAX_NODES
-from harness.errors import ClusterNotFound, ConfigError, HarnessError
+from harness.core import paths
+from harness.core.errors import ClusterNotFound, ConfigError, HarnessError
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def test_too_many_nodes_blames_nodes_not_pending():
 
 
 def test_failure_reasons_name_each_failed_and_unfired_event(tmp_path):
-    from harness.load_runner import failure_reasons
+    from harness.jobs.load_runner import failure_reasons
 
     params = scenarios.LoadParams("slice-added", 3, 6, 3, devices_per_node=1, time_limit=120)
     result = {"events": 2, "setup_seconds": 100.5,

@@ -36,11 +36,11 @@ import yaml
 # not Python importing (the kubelet-plugin settings alone take about 0.5 s to import on a busy machine).
 import fake_devices.kubeletplugin.config  # noqa: F401
 import harness.backends.local.realnode.layout  # noqa: F401
+import harness.cli.profiles  # noqa: F401
 import harness.config.featuregates  # noqa: F401
-import harness.profiles_cli  # noqa: F401
 from fake_devices import quantity, yamlfile
 from fake_devices.errors import InvalidInput
-from harness import cli
+from harness.cli import main as cli
 from harness.config import vendor
 
 DATA = Path(__file__).resolve().parent / "testdata" / "malformed"

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.migration import command, workload
 from harness.migration.rehearsal import MigrationNode, Phase, PodRecord, Rehearsal, Result
 
@@ -65,7 +65,7 @@ def test_a_report_dir_that_is_a_file_is_refused(tmp_path):
 
 
 def test_the_cli_refuses_before_starting_anything(tmp_path, capsys):
-    from harness import cli
+    from harness.cli import main as cli
 
     code = cli.run(["migration", "rehearse", "--pods-per-phase", "0", "--report-dir", str(tmp_path / "r")])
     assert code == 2

@@ -8,9 +8,9 @@ import socket
 import pytest
 import yaml
 
-from harness import paths
 from harness.backends.local import ports, state
-from harness.errors import ClusterNotFound, ConfigError
+from harness.core import paths
+from harness.core.errors import ClusterNotFound, ConfigError
 
 
 class ScriptedRandom(random.Random):

@@ -136,7 +136,7 @@ ctypes.CDLL(None).pthread_exit(None)
 @pytest.fixture
 def half_exited():
     """A child whose main thread has exited (it shows as a zombie) while a thread holds a port."""
-    from harness import wait
+    from harness.k8s import wait
 
     proc = subprocess.Popen([sys.executable, "-c", MAIN_THREAD_EXITS_FIRST], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)

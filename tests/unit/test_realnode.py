@@ -3,6 +3,8 @@
 
 Everything that would touch the machine (/proc, `ip`, `iptables`, cgroupfs) is replaced by tmp files
 or recorded calls, so these tests check exactly what would be done, not that it can be done here.
+Commands go through a `Runner` (harness/backends/commands.py) that the tests build from a fake `run`
+and `which` and hand in, as the kind backend's tests do.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from harness import paths
+from harness.backends.commands import Runner
 from harness.backends.local.realnode import (
     cgroups,
     containerd,
@@ -35,7 +37,8 @@ from harness.backends.local.realnode import (
 from harness.backends.local.realnode.layout import NodeDirs, RealNodeRecord
 from harness.binaries import noderuntime
 from harness.binaries.noderuntime import NodeRuntime
-from harness.errors import BinariesError, HarnessError
+from harness.core import paths
+from harness.core.errors import BinariesError, HarnessError
 
 NODE_ID = "0123abcd"
 
@@ -52,6 +55,10 @@ def _runtime(tmp_path: Path) -> NodeRuntime:
 
 def _completed(argv, returncode=0, stdout="", stderr=""):
     return subprocess.CompletedProcess(argv, returncode, stdout=stdout, stderr=stderr)
+
+
+def _times_out(argv, timeout=None, **kwargs):
+    raise subprocess.TimeoutExpired(argv, timeout)
 
 
 def _fake_open(monkeypatch, module, fake_path: Path, real="/proc/self/mountinfo"):
@@ -131,51 +138,45 @@ def test_cni_conflist(tmp_path):
                               "routes": [{"dst": "10.202.41.0/24"}]}
 
 
-def test_used_networks_reads_routes_and_addresses(monkeypatch):
+def test_used_networks_reads_routes_and_addresses():
     routes = [{"dst": "default", "gateway": "192.168.1.1"}, {"dst": "10.0.0.0/8"}, {"dst": "192.168.1.5"},
               {"type": "local", "dst": "127.0.0.0/8", "table": "local"}, {"dst": ""}, {"dst": "not-an-ip"}]
     addrs = [{}, {"ifname": "eth0", "addr_info": [{"local": "192.168.1.5", "prefixlen": 24}]}]
     calls = []
 
-    def ip(*args, check=True):
-        calls.append(args)
-        return _completed(["ip", *args], stdout=json.dumps(routes if "route" in args else addrs))
+    def run(argv, **kwargs):
+        calls.append(tuple(argv[1:]))
+        return _completed(argv, stdout=json.dumps(routes if "route" in argv else addrs))
 
-    monkeypatch.setattr(network, "_ip", ip)
-    assert network.used_networks() == [ipaddress.ip_network(n) for n in
+    assert network.used_networks(Runner(run=run)) == [ipaddress.ip_network(n) for n in
                                        ("10.0.0.0/8", "192.168.1.5/32", "127.0.0.0/8", "192.168.1.0/24")]
     assert calls == [("-4", "-j", "route", "show", "table", "all"), ("-4", "-j", "addr")]
 
 
-def test_used_networks_survives_a_failing_ip(monkeypatch):
-    def ip(*args, check=True):
-        raise HarnessError("`ip` failed")
-
-    monkeypatch.setattr(network, "_ip", ip)
-    assert network.used_networks() == []
+def test_used_networks_survives_a_failing_ip():
+    assert network.used_networks(Runner(run=lambda argv, **kw: _completed(argv, 1, stderr="no netlink"))) == []
+    assert network.used_networks(Runner(run=lambda argv, **kw: _completed(argv, stdout="not json"))) == []
 
 
-def test_create_bridge_commands(monkeypatch):
+def test_create_bridge_commands():
     calls = []
 
     def run(argv, **kwargs):
         calls.append(argv[1:])
         return _completed(argv, returncode=1 if argv[1:3] == ["link", "show"] else 0)
 
-    monkeypatch.setattr(network.subprocess, "run", run)
-    network.create_bridge("drh-x", ipaddress.ip_network("10.202.41.0/24"))
+    network.create_bridge("drh-x", ipaddress.ip_network("10.202.41.0/24"), Runner(run=run))
     assert calls == [["link", "show", "drh-x"], ["link", "add", "drh-x", "type", "bridge"],
                      ["addr", "replace", "10.202.41.1/24", "dev", "drh-x"], ["link", "set", "drh-x", "up"]]
 
 
-def test_delete_bridge_reports_failure(monkeypatch):
+def test_delete_bridge_reports_failure():
     def run(argv, **kwargs):
         return _completed(argv, returncode=0 if argv[1:3] == ["link", "show"] else 2, stderr="busy\n")
 
-    monkeypatch.setattr(network.subprocess, "run", run)
-    assert network.delete_bridge("drh-x") == ["bridge drh-x: busy"]
-    monkeypatch.setattr(network.subprocess, "run", lambda argv, **kw: _completed(argv, returncode=1))
-    assert network.delete_bridge("drh-x") == []  # already gone
+    assert network.delete_bridge("drh-x", Runner(run=run)) == ["bridge drh-x: busy"]
+    gone = Runner(run=lambda argv, **kw: _completed(argv, returncode=1))
+    assert network.delete_bridge("drh-x", gone) == []  # already gone
 
 
 # --- host: iptables -----------------------------------------------------------------------------
@@ -189,24 +190,25 @@ AFTER_FILTER = [":INPUT ACCEPT [0:0]", ":FORWARD DROP [3:30]", ":OUTPUT ACCEPT [
 
 
 @pytest.fixture
-def iptables(monkeypatch):
-    """`iptables` found at /sbin/iptables, its rules after the node given by the test, every call recorded."""
+def iptables():
+    """`iptables` found at /sbin/iptables; `iptables-save` prints the rules after the node given by the
+    test; every other call is recorded (`runner` runs them)."""
     state = SimpleNamespace(after={"filter": AFTER_FILTER}, calls=[], fail=set())
 
     def run(argv, **kwargs):
+        if argv[0].endswith("-save"):  # iptables-save -t TABLE
+            return _completed(argv, stdout="".join(f"{line}\n" for line in state.after.get(argv[-1], [])))
         state.calls.append(argv)
         failed = any(action in argv for action in state.fail)
         return _completed(argv, returncode=1 if failed else 0, stderr="Chain is in use\n" if failed else "")
 
-    monkeypatch.setattr(host, "iptables_rules", lambda binary: state.after)
-    monkeypatch.setattr(host.shutil, "which", lambda name: f"/sbin/{name}")
-    monkeypatch.setattr(host.subprocess, "run", run)
+    state.runner = Runner(run=run, which=lambda name: f"/sbin/{name}")
     return state
 
 
 def test_restore_iptables_removes_only_what_was_added(iptables):
     """Changed counters are not a new chain: INPUT/FORWARD/OUTPUT stay; the kubelet's rule and chain go."""
-    assert host._restore_iptables("iptables", {"filter": BASELINE_FILTER}) == []
+    assert host._restore_iptables("iptables", {"filter": BASELINE_FILTER}, iptables.runner) == []
     assert iptables.calls == [["/sbin/iptables", "-w", "-t", "filter", "-D", "INPUT", "-j", "KUBE-FIREWALL"],
                               ["/sbin/iptables", "-w", "-t", "filter", "-F", "KUBE-FIREWALL"],
                               ["/sbin/iptables", "-w", "-t", "filter", "-X", "KUBE-FIREWALL"]]
@@ -216,7 +218,7 @@ def test_restore_iptables_deletes_rules_last_added_first(iptables):
     iptables.after = {"nat": [":POSTROUTING ACCEPT [0:0]", ":KUBE-POSTROUTING - [0:0]",
                               '-A POSTROUTING -m comment --comment "kubernetes postrouting" -j KUBE-POSTROUTING',
                               "-A KUBE-POSTROUTING -j RETURN"]}
-    assert host._restore_iptables("ip6tables", {"nat": [":POSTROUTING ACCEPT [7:7]"]}) == []
+    assert host._restore_iptables("ip6tables", {"nat": [":POSTROUTING ACCEPT [7:7]"]}, iptables.runner) == []
     assert iptables.calls == [
         ["/sbin/ip6tables", "-w", "-t", "nat", "-D", "KUBE-POSTROUTING", "-j", "RETURN"],
         ["/sbin/ip6tables", "-w", "-t", "nat", "-D", "POSTROUTING", "-m", "comment", "--comment",
@@ -228,19 +230,20 @@ def test_restore_iptables_deletes_rules_last_added_first(iptables):
 def test_restore_iptables_reports_failures(iptables):
     """A chain that cannot be flushed is not deleted, and both failures are reported."""
     iptables.fail = {"-D", "-F"}
-    assert host._restore_iptables("iptables", {"filter": BASELINE_FILTER}) == [
+    assert host._restore_iptables("iptables", {"filter": BASELINE_FILTER}, iptables.runner) == [
         "iptables -t filter: cannot delete '-A INPUT -j KUBE-FIREWALL': Chain is in use",
         "iptables -t filter -F KUBE-FIREWALL: Chain is in use"]
     assert [c[4:] for c in iptables.calls] == [["-D", "INPUT", "-j", "KUBE-FIREWALL"], ["-F", "KUBE-FIREWALL"]]
 
 
-def test_restore_iptables_without_iptables(iptables, monkeypatch):
-    monkeypatch.setattr(host.shutil, "which", lambda name: None)
-    assert host._restore_iptables("iptables", {}) == []
-    assert iptables.calls == []
+def test_restore_iptables_without_iptables():
+    def run(argv, **kwargs):
+        pytest.fail(f"ran {argv} without iptables")
+
+    assert host._restore_iptables("iptables", {}, Runner(run=run, which=lambda name: None)) == []
 
 
-def test_iptables_rules_keeps_chains_and_rules(monkeypatch):
+def test_iptables_rules_keeps_chains_and_rules():
     calls = []
     save = "# Generated by iptables-save\n*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j X\nCOMMIT\n# Completed\n"
 
@@ -248,13 +251,11 @@ def test_iptables_rules_keeps_chains_and_rules(monkeypatch):
         calls.append(argv)
         return _completed(argv, returncode=1 if argv[-1] == "raw" else 0, stdout=save)
 
-    monkeypatch.setattr(host.shutil, "which", lambda name: f"/sbin/{name}")
-    monkeypatch.setattr(host.subprocess, "run", run)
-    assert host.iptables_rules("iptables") == {t: [":INPUT ACCEPT [0:0]", "-A INPUT -j X"]
-                                               for t in ("filter", "nat", "mangle")}
+    runner = Runner(run=run, which=lambda name: f"/sbin/{name}")
+    assert host.iptables_rules("iptables", runner) == {t: [":INPUT ACCEPT [0:0]", "-A INPUT -j X"]
+                                                       for t in ("filter", "nat", "mangle")}
     assert calls == [["/sbin/iptables-save", "-t", t] for t in host.TABLES]
-    monkeypatch.setattr(host.shutil, "which", lambda name: None)
-    assert host.iptables_rules("iptables") == {}
+    assert host.iptables_rules("iptables", Runner(run=run, which=lambda name: None)) == {}
 
 
 # --- host: sysctls, runtime dirs ------------------------------------------------------------------
@@ -290,8 +291,11 @@ def test_snapshot(tmp_path, monkeypatch):
     existing.mkdir()
     monkeypatch.setattr(host, "RUNTIME_DIRS", (absent, existing))
     monkeypatch.setattr(host, "read_sysctls", lambda: {"kernel.panic": "0"})
-    monkeypatch.setattr(host, "iptables_rules", lambda binary: {"filter": [f":{binary} - [0:0]"]})
-    assert host.snapshot() == {"sysctls": {"kernel.panic": "0"},
+    def save(argv, **kwargs):  # iptables-save knows only the filter table; its one chain is named after it
+        binary = Path(argv[0]).name.removesuffix("-save")
+        return _completed(argv, stdout=f":{binary} - [0:0]\n") if argv[-1] == "filter" else _completed(argv, 1)
+
+    assert host.snapshot(Runner(run=save, which=lambda name: f"/sbin/{name}")) == {"sysctls": {"kernel.panic": "0"},
                                "iptables": {"iptables": {"filter": [":iptables - [0:0]"]},
                                             "ip6tables": {"filter": [":ip6tables - [0:0]"]}},
                                "runtimeDirs": [str(existing)]}
@@ -303,10 +307,15 @@ def test_restore_removes_only_empty_runtime_dirs_it_made(tmp_path, monkeypatch):
     kept.mkdir()
     monkeypatch.setattr(host, "RUNTIME_DIRS", (inner, outer, kept))
     monkeypatch.setattr(host, "write_sysctls", lambda values: [f"sysctl {n}" for n in values])
-    monkeypatch.setattr(host, "_restore_iptables", lambda binary, tables: [f"{binary}: {sorted(tables)}"])
+    def run(argv, **kwargs):  # a chain the node added, which cannot be flushed
+        if argv[0].endswith("-save"):
+            return _completed(argv, stdout=":KUBE-X - [0:0]\n" if argv[-1] == "filter" else "")
+        return _completed(argv, 1, stderr="in use")
+
     baseline = {"sysctls": {"kernel.panic": "0"}, "iptables": {"iptables": {"filter": []}},
                 "runtimeDirs": [str(kept)]}
-    assert host.restore(baseline) == ["sysctl kernel.panic", "iptables: ['filter']"]
+    assert host.restore(baseline, Runner(run=run, which=lambda name: f"/sbin/{name}")) == [
+        "sysctl kernel.panic", "iptables -t filter -F KUBE-X: in use"]
     assert not outer.exists()
     assert kept.is_dir()
 
@@ -316,7 +325,8 @@ def test_restore_reports_a_runtime_dir_that_is_not_empty(tmp_path, monkeypatch):
     inner.mkdir(parents=True)
     (inner / "shim.sock").write_text("")
     monkeypatch.setattr(host, "RUNTIME_DIRS", (inner, outer))
-    assert host.restore({}) == [f"{inner} is not empty", f"{outer} is not empty"]
+    assert host.restore({}, Runner(run=lambda argv, **kw: pytest.fail(f"ran {argv}"))) == [
+        f"{inner} is not empty", f"{outer} is not empty"]
 
 
 # --- host: acquire / release: tests/unit/test_host_settings.py --------------------------------------
@@ -479,7 +489,7 @@ def test_containerd_argv_and_env(tmp_path, monkeypatch):
     assert containerd.env(runtime) == {"PATH": f"{tmp_path / 'runtime'}:/usr/bin:/bin"}  # finds its shim first
 
 
-def test_import_images_checks_the_result(tmp_path, monkeypatch):
+def test_import_images_checks_the_result(tmp_path):
     dirs, runtime = NodeDirs(tmp_path / "node"), _runtime(tmp_path)
     calls = []
 
@@ -487,20 +497,23 @@ def test_import_images_checks_the_result(tmp_path, monkeypatch):
         calls.append(argv)
         return _completed(argv, stdout=f"{images.PAUSE_IMAGE}\nother:1\n" if "list" in argv else "")
 
-    monkeypatch.setattr(containerd.subprocess, "run", run)
     archives = {images.PAUSE_IMAGE: tmp_path / "p.tar", images.SHELL_IMAGE: tmp_path / "s.tar"}
     with pytest.raises(HarnessError, match=r"images not in containerd after import: dra-harness\.local/shell:1$"):
-        containerd.import_images(dirs, runtime, archives)
+        containerd.import_images(dirs, runtime, archives, Runner(run=run))
     prefix = [str(tmp_path / "runtime" / "ctr"), f"--address={dirs.containerd_socket}", "--namespace=k8s.io"]
     assert calls == [[*prefix, "images", "import", "--local", str(tmp_path / "p.tar")],
                      [*prefix, "images", "import", "--local", str(tmp_path / "s.tar")],
                      [*prefix, "images", "list", "--quiet"]]
 
 
-def test_ctr_failure_is_a_harness_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(containerd.subprocess, "run", lambda argv, **kw: _completed(argv, 1, stderr="no socket\n"))
+def test_ctr_failure_is_a_harness_error(tmp_path):
+    failing = Runner(run=lambda argv, **kw: _completed(argv, 1, stderr="no socket\n"))
     with pytest.raises(HarnessError, match=r"^`ctr version` failed: no socket$"):
-        containerd.ctr(NodeDirs(tmp_path), _runtime(tmp_path), "version")
+        containerd.ctr(NodeDirs(tmp_path), _runtime(tmp_path), "version", runner=failing)
+    # a ctr that does not answer is a failure with the reason, not an exception from subprocess
+    with pytest.raises(HarnessError, match=r"^`ctr version` failed: no answer within 10s$"):
+        containerd.ctr(NodeDirs(tmp_path), _runtime(tmp_path), "version", timeout=10,
+                       runner=Runner(run=_times_out))
 
 
 # --- kubelet --------------------------------------------------------------------------------------
@@ -730,16 +743,14 @@ def test_unmount_all_falls_back_to_lazy(monkeypatch):
         calls.append(argv)
         return _completed(argv, returncode=1 if argv == ["umount", "/n/a"] else 0)
 
-    monkeypatch.setattr(teardown.subprocess, "run", run)
-    assert teardown.unmount_all(Path("/n")) == []
+    assert teardown.unmount_all(Path("/n"), Runner(run=run)) == []
     assert calls == [["umount", "/n/a/b"], ["umount", "/n/a"], ["umount", "-l", "/n/a"],
                      ["umount", "/n/a"], ["umount", "-l", "/n/a"]]
 
 
 def test_unmount_all_reports_what_stays(monkeypatch):
     monkeypatch.setattr(teardown, "mounts_under", lambda directory: [Path("/n/a")])
-    monkeypatch.setattr(teardown.subprocess, "run", lambda argv, **kw: _completed(argv, 1))
-    assert teardown.unmount_all(Path("/n")) == ["mount /n/a"]
+    assert teardown.unmount_all(Path("/n"), Runner(run=lambda argv, **kw: _completed(argv, 1))) == ["mount /n/a"]
 
 
 def test_teardown_all_without_real_nodes_touches_nothing(tmp_path, monkeypatch):
@@ -770,16 +781,13 @@ def test_find_runc(tmp_path, monkeypatch):
     runc = tmp_path / "sbin" / "runc"
     runc.parent.mkdir()
     runc.write_bytes(b"\x7fELF")
-    monkeypatch.setattr(noderuntime.shutil, "which", lambda name: None)
     monkeypatch.setattr(noderuntime, "RUNC_CANDIDATES", (str(tmp_path / "bin" / "runc"), str(runc)))
-    assert noderuntime.find_runc() == runc
+    assert noderuntime.find_runc(which=lambda name: None) == runc
     on_path = tmp_path / "path-runc"
     on_path.write_bytes(b"\x7fELF")
-    monkeypatch.setattr(noderuntime.shutil, "which", lambda name: str(on_path))
-    assert noderuntime.find_runc() == on_path  # PATH first
+    assert noderuntime.find_runc(which=lambda name: str(on_path)) == on_path  # PATH first
     monkeypatch.setattr(noderuntime, "RUNC_CANDIDATES", ())
-    monkeypatch.setattr(noderuntime.shutil, "which", lambda name: None)
-    assert noderuntime.find_runc() is None
+    assert noderuntime.find_runc(which=lambda name: None) is None
 
 
 def test_host_tools_missing_names_each_tool(monkeypatch):
@@ -837,7 +845,6 @@ def capable_machine(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight.os, "geteuid", lambda: 0)
     monkeypatch.setattr(preflight.cgroups, "layout", lambda: "v1")
     monkeypatch.setattr(preflight, "_filesystems", lambda: "nodev\tsysfs\nnodev\toverlay\n")
-    monkeypatch.setattr(preflight.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(preflight.noderuntime, "host_tools_missing", lambda: [])
     monkeypatch.setattr(preflight.host, "sysctl_path", lambda name: sysctls / name)
     monkeypatch.setattr(preflight.inotify, "shortfalls", lambda nodes, **kwargs: [])
@@ -845,31 +852,33 @@ def capable_machine(tmp_path, monkeypatch):
     return tmp_path
 
 
+TOOLS_FOUND = Runner(which=lambda name: f"/usr/bin/{name}")  # every program installed
+
+
 def test_preflight_passes_on_a_capable_machine(capable_machine):
-    assert preflight.problems() == []
+    assert preflight.problems(runner=TOOLS_FOUND) == []
     assert not (capable_machine / "nodes").exists()  # a check only: nothing is created
 
 
 def test_preflight_needs_root(capable_machine, monkeypatch):
     monkeypatch.setattr(preflight.os, "geteuid", lambda: 1000)
-    assert preflight.problems() == [ROOT_PROBLEM]
+    assert preflight.problems(runner=TOOLS_FOUND) == [ROOT_PROBLEM]
     assert "root" in ROOT_PROBLEM and "--real-nodes 0" in ROOT_PROBLEM
 
 
 def test_preflight_needs_linux(capable_machine, monkeypatch):
     monkeypatch.setattr(preflight.platform, "system", lambda: "Darwin")
-    assert preflight.problems() == ["a real node needs Linux (this is Darwin)"]
+    assert preflight.problems(runner=TOOLS_FOUND) == ["a real node needs Linux (this is Darwin)"]
 
 
 def test_preflight_lists_every_problem(capable_machine, monkeypatch):
     monkeypatch.setattr(preflight.cgroups, "layout", lambda: "none")
     monkeypatch.setattr(preflight, "_filesystems", lambda: "nodev\tsysfs\n")
-    monkeypatch.setattr(preflight.shutil, "which", lambda name: None)
     monkeypatch.setattr(preflight.noderuntime, "host_tools_missing", lambda: ["runc (x)"])
     blocker = capable_machine / "file"
     blocker.write_text("")
     monkeypatch.setenv(layout.NODE_ROOT_ENV, str(blocker / "nodes"))
-    assert preflight.problems() == [
+    assert preflight.problems(runner=Runner(which=lambda name: None)) == [
         "no cgroup hierarchy is mounted under /sys/fs/cgroup",
         "the kernel has no overlay filesystem (containerd's overlayfs snapshotter needs it)",
         "`ip` is not installed (Debian: iproute2 / mount)",
@@ -882,7 +891,7 @@ def test_preflight_lists_every_problem(capable_machine, monkeypatch):
 def test_preflight_read_only_sysctl(capable_machine, monkeypatch):
     (capable_machine / "sysctl" / "kernel.panic").write_text("0\n")
     monkeypatch.setattr(preflight.os, "access", lambda path, mode: Path(path).name != "kernel.panic")
-    assert preflight.problems() == [f"{capable_machine / 'sysctl' / 'kernel.panic'} is read-only here: "
+    assert preflight.problems(runner=TOOLS_FOUND) == [f"{capable_machine / 'sysctl' / 'kernel.panic'} is read-only here: "
                                     "the kubelet must be able to set kernel.panic"]
 
 

@@ -15,6 +15,7 @@ import tarfile
 
 import pytest
 
+from harness.backends.commands import Runner
 from harness.backends.local.realnode import images
 from harness.backends.local.realnode.images import ImageSpec
 
@@ -176,7 +177,7 @@ def test_find_busybox_takes_the_first_static_candidate(tmp_path, monkeypatch):
     assert images.find_busybox() is None
 
 
-def test_busybox_applets_parses_the_list(tmp_path, monkeypatch):
+def test_busybox_applets_parses_the_list(tmp_path):
     """`busybox --list` prints one applet a line; the busybox name itself and paths are dropped."""
     calls = []
 
@@ -184,16 +185,19 @@ def test_busybox_applets_parses_the_list(tmp_path, monkeypatch):
         calls.append(argv)
         return subprocess.CompletedProcess(argv, 0, stdout="sh\nbusybox\n[\n[[\n  env \n/bin/x\ncat\nsh\n", stderr="")
 
-    monkeypatch.setattr(images.subprocess, "run", run)
-    assert images.busybox_applets(tmp_path / "bb") == ["[", "[[", "cat", "env", "sh"]
+    assert images.busybox_applets(tmp_path / "bb", Runner(run=run)) == ["[", "[[", "cat", "env", "sh"]
     assert calls == [[str(tmp_path / "bb"), "--list"]]
 
 
-def test_shell_spec_links_every_applet_to_busybox(tmp_path, monkeypatch):
+def _lists(*applets: str) -> Runner:
+    """A Runner whose `busybox --list` prints `applets`."""
+    return Runner(run=lambda argv, **kw: subprocess.CompletedProcess(argv, 0, stdout="\n".join(applets), stderr=""))
+
+
+def test_shell_spec_links_every_applet_to_busybox(tmp_path):
     busybox = tmp_path / "busybox"
     busybox.write_bytes(b"\x7fELF fake busybox")
-    monkeypatch.setattr(images, "busybox_applets", lambda path: ["sh", "env"])
-    spec = images.shell_spec(busybox)
+    spec = images.shell_spec(busybox, _lists("sh", "env"))
     assert spec.name == images.SHELL_IMAGE == "dra-harness.local/shell:1"
     assert spec.files == {"/bin/busybox": (b"\x7fELF fake busybox", 0o755)}
     assert spec.links == {"/bin/sh": "busybox", "/bin/env": "busybox"}
@@ -213,25 +217,23 @@ def test_pause_spec(tmp_path):
     assert (spec.entrypoint, spec.cmd, spec.links) == (["/pause"], [], {})
 
 
-def test_write_archives(tmp_path, monkeypatch):
+def test_write_archives(tmp_path):
     """One archive per image, named after it, written atomically (no .tmp left behind)."""
     pause = tmp_path / "pause"
     pause.write_bytes(b"\x7fELF pause")
     busybox = tmp_path / "busybox"
     busybox.write_bytes(b"\x7fELF busybox")
-    monkeypatch.setattr(images, "busybox_applets", lambda path: ["sh"])
     out = tmp_path / "images"
-    result = images.write_archives(out, pause, busybox)
+    result = images.write_archives(out, pause, busybox, _lists("sh"))
     assert result == {images.PAUSE_IMAGE: out / "pause-1.oci.tar", images.SHELL_IMAGE: out / "shell-1.oci.tar"}
     assert sorted(p.name for p in out.iterdir()) == ["pause-1.oci.tar", "shell-1.oci.tar"]
     assert result[images.PAUSE_IMAGE].read_bytes() == images.oci_archive(images.pause_spec(pause))
-    assert result[images.SHELL_IMAGE].read_bytes() == images.oci_archive(images.shell_spec(busybox))
+    assert result[images.SHELL_IMAGE].read_bytes() == images.oci_archive(images.shell_spec(busybox, _lists("sh")))
 
 
-def test_build_pause_without_go(tmp_path, monkeypatch):
-    monkeypatch.setattr(images.shutil, "which", lambda name: None)
+def test_build_pause_without_go(tmp_path):
     with pytest.raises(images.HarnessError, match="`go` is not on PATH"):
-        images.build_pause(tmp_path / "pause")
+        images.build_pause(tmp_path / "pause", Runner(which=lambda name: None))
     assert list(tmp_path.iterdir()) == []
 
 

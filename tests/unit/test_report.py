@@ -3,7 +3,7 @@ helper-driver tests apart, not applicable and expected failures shown as such.""
 
 from __future__ import annotations
 
-from harness import report
+from harness.jobs import report
 
 VENDOR = "gpu.example.com"
 HELPER = "gpu.fd0-abc.example.com"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from harness import report
+from harness.jobs import report
 
 RESULTS = [
     {"id": "conformance/test_a.py::test_passes", "outcome": "passed", "seconds": 1.5, "message": "",

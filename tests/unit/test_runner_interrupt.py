@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import wait
+from harness.k8s import wait
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,8 +37,9 @@ DRIVER = '''
 import sys
 from pathlib import Path
 
-from harness import cli, runner
-from harness.records import ClusterInfo
+from harness.cli import main as cli
+from harness.jobs import runner
+from harness.core.records import ClusterInfo
 
 suite, report_dir = sys.argv[1], sys.argv[2]
 # No cluster: the plan, the cluster and its facts are left out; pytest runs a tiny suite.

@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from harness import bench_cli, cli, upstream_perf
+from harness.cli import bench as bench_cli
+from harness.cli import main as cli
+from harness.jobs import upstream_perf
 
 # As `go test -bench` prints scheduler_perf's results (GOMAXPROCS suffix, tab-separated value/unit pairs).
 BENCH_OUTPUT = """\
@@ -88,7 +90,7 @@ def test_bad_input_is_refused_before_building(argv, fragment, tmp_path, monkeypa
 
 
 def test_a_failed_upstream_run_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
 
     monkeypatch.setattr(upstream_perf, "ensure_built", lambda *a: {p: tmp_path / "x.test" for p in upstream_perf.PACKAGES})
     monkeypatch.setattr(upstream_perf, "etcd_directory", lambda *a: tmp_path)

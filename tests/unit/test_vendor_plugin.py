@@ -1,4 +1,4 @@
-"""The vendor's kubelet plugin as the harness runs it (harness.vendor_plugin) and `cluster node-paths`.
+"""The vendor's kubelet plugin as the harness runs it (harness.backends.local.vendor_plugin) and `cluster node-paths`.
 
 A stand-in plugin (a shell script) plays the vendor's: it "registers" by creating its socket file in
 the registration directory and forks a child, so stopping must take the whole process group. The
@@ -18,9 +18,11 @@ import psutil
 import pytest
 import yaml
 
-from harness import cli, paths, vendor_plugin
+from harness.backends.local import vendor_plugin
+from harness.cli import main as cli
 from harness.config import vendor
-from harness.errors import ComponentError, ConfigError
+from harness.core import paths
+from harness.core.errors import ComponentError, ConfigError
 
 NODE = {"name": "vp-real-0", "id": "abcd1234", "directory": "", "bridge": "drh0", "subnet": "10.0.0.0/24",
         "address": "10.0.0.1", "kubelet_port": 10250, "healthz_port": 10248}

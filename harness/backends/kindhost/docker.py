@@ -32,14 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import paths
 from harness.backends.commands import run_quiet
 from harness.backends.kindhost import capabilities, hostnet, wrapper_file
 from harness.backends.local.realnode import host as machine_settings
-from harness.errors import HarnessError
-from harness.files import write_atomic
-from harness.locking import file_lock
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import HarnessError
+from harness.core.files import write_atomic
+from harness.core.locking import file_lock
+from harness.core.progress import Reporter
 
 DEBIAN_PACKAGE = "docker.io"
 RUNTIME_NAME = "dra-harness-runc"

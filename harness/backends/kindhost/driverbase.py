@@ -28,12 +28,12 @@ import sys
 import uuid
 from pathlib import Path
 
-from harness import paths
 from harness.backends.commands import Runner, command, run_quiet
 from harness.backends.kindhost import nodeimage
-from harness.errors import HarnessError
-from harness.locking import file_lock
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import HarnessError
+from harness.core.locking import file_lock
+from harness.core.progress import Reporter
 
 RECIPE = "1"  # bump when the image changes without its inputs changing
 SUITE = "trixie"  # Debian 13, as python:3.13-slim-trixie

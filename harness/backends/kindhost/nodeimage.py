@@ -38,13 +38,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import binaries, paths
+from harness import binaries
 from harness.backends.commands import Runner, Step, command
 from harness.backends.kindhost import wrapper_file
 from harness.binaries import manifest
-from harness.errors import HarnessError
-from harness.locking import file_lock
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import HarnessError
+from harness.core.locking import file_lock
+from harness.core.progress import Reporter
 
 ROOTFS_RECIPE = "1"  # bump when the Debian root filesystem changes without its package list changing
 IMAGE_RECIPE = "2"  # bump when the node layer changes without any input changing (2: cri-base.json as kind's)
@@ -499,7 +500,7 @@ def _check(argv: list[str], what: str) -> str:
 
 
 def _wait_containerd(engine, container: str) -> None:
-    from harness import wait
+    from harness.k8s import wait
 
     wait.until(f"containerd in build container {container} to answer `ctr version`",
                lambda: _run([engine.docker, "exec", container, "ctr", "version"], engine.environ()).returncode == 0,

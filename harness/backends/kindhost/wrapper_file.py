@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.files import write_atomic
+from harness.core.files import write_atomic
 
 SOURCE = Path(__file__).with_name("runc_wrapper.py")
 

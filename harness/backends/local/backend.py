@@ -24,7 +24,7 @@ from harness.backends.local.realnode.layout import records
 from harness.binaries import noderuntime
 from harness.config import featuregates
 from harness.config.cluster import MAX_NODES, MAX_REAL_NODES
-from harness.errors import ClusterNotFound, ComponentError, ConfigError, HarnessError, Problem
+from harness.core.errors import ClusterNotFound, ComponentError, ConfigError, HarnessError, Problem
 from harness.k8s.client import Clients, https_get, tls_context
 
 START_TIMEOUT = 90.0  # per component group; a cold 2-core machine starts the apiserver in ~10 s

@@ -15,9 +15,9 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from harness.backends.local.components import KWOK_NODE_ANNOTATION
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
+from harness.core.progress import Reporter
 from harness.k8s.nodes import is_ready
-from harness.progress import Reporter
 
 POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
 MANAGED_LABEL = "dra-harness.x-k8s.io/managed"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.files import tail  # noqa: F401  (process.tail: the log of a component, for callers here)
+from harness.core.files import tail  # noqa: F401  (process.tail: the log of a component, for callers here)
 
 # What may stand before or after a path inside one command-line argument (`--flag=/a,/b`, `unix:/a`).
 _BEFORE = r"(?:^|(?<=[=,:;\s\"']))"

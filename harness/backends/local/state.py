@@ -13,10 +13,10 @@ from pathlib import Path
 
 import yaml
 
-from harness import paths
 from harness.backends.common import validate_name  # noqa: F401  (state.validate_name for local callers)
-from harness.errors import ClusterNotFound
-from harness.files import write_atomic
+from harness.core import paths
+from harness.core.errors import ClusterNotFound
+from harness.core.files import write_atomic
 
 STATE_FILE = "state.yaml"
 

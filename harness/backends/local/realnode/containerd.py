@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
+from harness.backends.commands import Runner
 from harness.backends.local.realnode.layout import NodeDirs
 from harness.binaries.noderuntime import NodeRuntime
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin uses
 
@@ -85,18 +85,19 @@ def env(runtime: NodeRuntime) -> dict[str, str]:
     return {"PATH": f"{runtime.directory}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
 
 
-def ctr(dirs: NodeDirs, runtime: NodeRuntime, *args: str, timeout: float = 120) -> str:
-    proc = subprocess.run([str(runtime.path("ctr")), f"--address={dirs.containerd_socket}", f"--namespace={NAMESPACE}",
-                           *args], capture_output=True, text=True, timeout=timeout)
+def ctr(dirs: NodeDirs, runtime: NodeRuntime, *args: str, timeout: float = 120, runner: Runner | None = None) -> str:
+    proc = (runner or Runner()).query([runtime.path("ctr"), f"--address={dirs.containerd_socket}",
+                                       f"--namespace={NAMESPACE}", *args], timeout=timeout)
     if proc.returncode != 0:
         raise HarnessError(f"`ctr {' '.join(args)}` failed: {proc.stderr.strip()[-400:]}")
     return proc.stdout
 
 
-def import_images(dirs: NodeDirs, runtime: NodeRuntime, archives: dict[str, Path]) -> None:
+def import_images(dirs: NodeDirs, runtime: NodeRuntime, archives: dict[str, Path],
+                  runner: Runner | None = None) -> None:
     for name, archive in archives.items():
-        ctr(dirs, runtime, "images", "import", "--local", str(archive))
-    listed = ctr(dirs, runtime, "images", "list", "--quiet").split()
+        ctr(dirs, runtime, "images", "import", "--local", str(archive), runner=runner)
+    listed = ctr(dirs, runtime, "images", "list", "--quiet", runner=runner).split()
     missing = [name for name in archives if name not in listed]
     if missing:
         raise HarnessError(f"images not in containerd after import: {', '.join(missing)}")

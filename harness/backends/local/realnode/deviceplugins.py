@@ -14,7 +14,7 @@ from fake_devices.deviceplugin import journal
 from fake_devices.deviceplugin.plugin import socket_stem
 from harness.backends.local import process
 from harness.backends.local.realnode.layout import RealNodeRecord
-from harness.errors import ComponentError
+from harness.core.errors import ComponentError
 
 READY_TIMEOUT = 30.0
 

@@ -18,15 +18,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
-import subprocess
 from pathlib import Path
 
+from harness.backends.commands import Runner
 from harness.backends.local import process
 from harness.backends.local.realnode import inotify
 from harness.backends.local.realnode.layout import DEFAULT_NODE_ROOT
-from harness.files import write_atomic
-from harness.locking import file_lock
+from harness.core.files import write_atomic
+from harness.core.locking import file_lock
 
 # Every sysctl the kubelet (container_manager_linux.go) or the CNI bridge plugin may write.
 SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
@@ -78,29 +77,30 @@ def write_sysctls(values: dict[str, str]) -> list[str]:
     return failed
 
 
-def iptables_rules(binary: str) -> dict[str, list[str]]:
+def iptables_rules(binary: str, runner: Runner | None = None) -> dict[str, list[str]]:
     """table -> its chain declarations and rules as `iptables-save` prints them."""
-    save = shutil.which(f"{binary}-save")
+    runner = runner or Runner()
+    save = runner.which(f"{binary}-save")
     if not save:
         return {}
     result = {}
     for table in TABLES:
-        proc = subprocess.run([save, "-t", table], capture_output=True, text=True, timeout=30)
+        proc = runner.query([save, "-t", table], timeout=30)
         if proc.returncode == 0:
             result[table] = [line for line in proc.stdout.splitlines() if line.startswith((":", "-A "))]
     return result
 
 
-def snapshot() -> dict:
-    return {"sysctls": read_sysctls(), "iptables": {b: iptables_rules(b) for b in IPTABLES},
+def snapshot(runner: Runner | None = None) -> dict:
+    return {"sysctls": read_sysctls(), "iptables": {b: iptables_rules(b, runner) for b in IPTABLES},
             "runtimeDirs": [str(d) for d in RUNTIME_DIRS if d.exists()]}
 
 
-def restore(baseline: dict) -> list[str]:
+def restore(baseline: dict, runner: Runner | None = None) -> list[str]:
     """Put the machine back to `baseline`; returns what could not be restored."""
     problems = write_sysctls(baseline.get("sysctls", {}))
     for binary, tables in baseline.get("iptables", {}).items():
-        problems += _restore_iptables(binary, tables)
+        problems += _restore_iptables(binary, tables, runner)
     existed = set(baseline.get("runtimeDirs", []))
     for directory in RUNTIME_DIRS:  # innermost first; only empty ones that we made
         if str(directory) not in existed and directory.is_dir():
@@ -111,12 +111,13 @@ def restore(baseline: dict) -> list[str]:
     return problems
 
 
-def _restore_iptables(binary: str, before: dict[str, list[str]]) -> list[str]:
-    tool = shutil.which(binary)
+def _restore_iptables(binary: str, before: dict[str, list[str]], runner: Runner | None = None) -> list[str]:
+    runner = runner or Runner()
+    tool = runner.which(binary)
     if not tool:
         return []
     problems = []
-    for table, lines in iptables_rules(binary).items():
+    for table, lines in iptables_rules(binary, runner).items():
         known = set(before.get(table, []))
         added_rules = [line for line in lines if line.startswith("-A ") and line not in known]
         # User chains are declared with policy "-"; built-in ones (INPUT, ...) are never ours to delete.
@@ -124,12 +125,12 @@ def _restore_iptables(binary: str, before: dict[str, list[str]]) -> list[str]:
                         and not any(k.startswith(":" + line[1:].split()[0] + " ") for k in known)]
         for rule in reversed(added_rules):
             args = shlex.split(rule)[1:]
-            proc = subprocess.run([tool, "-w", "-t", table, "-D", *args], capture_output=True, text=True)
+            proc = runner.query([tool, "-w", "-t", table, "-D", *args])
             if proc.returncode != 0:
                 problems.append(f"{binary} -t {table}: cannot delete {rule!r}: {proc.stderr.strip()}")
         for chain in added_chains:
             for action in ("-F", "-X"):
-                proc = subprocess.run([tool, "-w", "-t", table, action, chain], capture_output=True, text=True)
+                proc = runner.query([tool, "-w", "-t", table, action, chain])
                 if proc.returncode != 0:
                     problems.append(f"{binary} -t {table} {action} {chain}: {proc.stderr.strip()}")
                     break

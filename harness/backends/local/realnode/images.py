@@ -15,12 +15,12 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.backends.commands import Runner
+from harness.core.errors import HarnessError
 from harness.k8s.nodes import IMAGE_RECIPE, IMAGE_REGISTRY, PAUSE_IMAGE, SHELL_IMAGE  # noqa: F401
 
 # the names live where the suite may read them too (harness.k8s.nodes)
@@ -124,13 +124,13 @@ def is_static(path: Path) -> bool:
     return data[:4] == b"\x7fELF" and b"/lib64/ld-linux" not in data and b"/lib/ld-linux" not in data
 
 
-def busybox_applets(busybox: Path) -> list[str]:
-    out = subprocess.run([str(busybox), "--list"], capture_output=True, text=True, timeout=30).stdout
+def busybox_applets(busybox: Path, runner: Runner | None = None) -> list[str]:
+    out = (runner or Runner()).query([busybox, "--list"], timeout=30).stdout
     return sorted({a.strip() for a in out.split() if a.strip() and "/" not in a and a.strip() != "busybox"})
 
 
-def shell_spec(busybox: Path) -> ImageSpec:
-    links = {f"/bin/{applet}": "busybox" for applet in busybox_applets(busybox)}
+def shell_spec(busybox: Path, runner: Runner | None = None) -> ImageSpec:
+    links = {f"/bin/{applet}": "busybox" for applet in busybox_applets(busybox, runner)}
     return ImageSpec(SHELL_IMAGE, files={"/bin/busybox": (busybox.read_bytes(), 0o755)}, links=links,
                      cmd=["/bin/sh"])
 
@@ -139,9 +139,10 @@ def pause_spec(pause_binary: Path) -> ImageSpec:
     return ImageSpec(PAUSE_IMAGE, files={"/pause": (pause_binary.read_bytes(), 0o755)}, entrypoint=["/pause"])
 
 
-def build_pause(out: Path) -> Path:
+def build_pause(out: Path, runner: Runner | None = None) -> Path:
     """Compile pause.go into a static binary at `out` (Go is already required for the other binaries)."""
-    if not shutil.which("go"):
+    runner = runner or Runner()
+    if not runner.which("go"):
         raise HarnessError("`go` is not on PATH: it builds the node's pause image",
                            hint="install Go >= 1.22 (the Kubernetes binaries need it too)")
     source = Path(__file__).with_name("pause.go")
@@ -150,19 +151,19 @@ def build_pause(out: Path) -> Path:
     shutil.copy(source, work / "main.go")
     (work / "go.mod").write_text("module dra-harness.local/pause\n\ngo 1.22\n")
     env = {"CGO_ENABLED": "0", "GOFLAGS": "-trimpath -buildvcs=false", "GO111MODULE": "on"}
-    proc = subprocess.run(["go", "build", "-ldflags=-s -w", "-o", str(out), "."], cwd=work,
-                          env={**os.environ, **env}, capture_output=True, text=True)
+    proc = runner.query(["go", "build", "-ldflags=-s -w", "-o", str(out), "."], cwd=work, env={**os.environ, **env},
+                        timeout=600)
     shutil.rmtree(work, ignore_errors=True)
     if proc.returncode != 0:
         raise HarnessError(f"building the pause binary failed: {proc.stderr.strip()[-500:]}")
     return out
 
 
-def write_archives(directory: Path, pause_binary: Path, busybox: Path) -> dict[str, Path]:
+def write_archives(directory: Path, pause_binary: Path, busybox: Path, runner: Runner | None = None) -> dict[str, Path]:
     """Write both image archives into `directory`; returns image name -> archive path."""
     directory.mkdir(parents=True, exist_ok=True)
     result = {}
-    for spec in (pause_spec(pause_binary), shell_spec(busybox)):
+    for spec in (pause_spec(pause_binary), shell_spec(busybox, runner)):
         path = directory / (spec.name.split("/", 1)[1].replace(":", "-") + ".oci.tar")
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(oci_archive(spec))

@@ -15,7 +15,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.backends.commands import Runner
+from harness.core.errors import HarnessError
 
 SUBNET_POOL = ipaddress.IPv4Network("10.200.0.0/14")  # 1024 candidate /24s
 BRIDGE_PREFIX = "drh-"
@@ -25,19 +26,19 @@ def bridge_name(node_id: str) -> str:
     return (BRIDGE_PREFIX + node_id)[:15]  # Linux interface names are at most 15 bytes
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+def _ip(runner: Runner | None, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = (runner or Runner()).query(["ip", *args], timeout=30)
     if check and proc.returncode != 0:
         raise HarnessError(f"`ip {' '.join(args)}` failed: {proc.stderr.strip()}")
     return proc
 
 
-def used_networks() -> list[ipaddress.IPv4Network]:
+def used_networks(runner: Runner | None = None) -> list[ipaddress.IPv4Network]:
     """Every IPv4 network the machine has a route or an address in."""
     found = []
     for args in (("-4", "-j", "route", "show", "table", "all"), ("-4", "-j", "addr")):
         try:
-            data = json.loads(_ip(*args).stdout or "[]")
+            data = json.loads(_ip(runner, *args).stdout or "[]")
         except (ValueError, HarnessError):
             continue
         for entry in data:
@@ -66,22 +67,22 @@ def gateway(subnet: ipaddress.IPv4Network) -> str:
     return str(next(subnet.hosts()))
 
 
-def create_bridge(name: str, subnet: ipaddress.IPv4Network) -> None:
+def create_bridge(name: str, subnet: ipaddress.IPv4Network, runner: Runner | None = None) -> None:
     """Create the bridge with the gateway address before the kubelet starts (it is the node IP)."""
-    if _ip("link", "show", name, check=False).returncode != 0:
-        _ip("link", "add", name, "type", "bridge")
-    _ip("addr", "replace", f"{gateway(subnet)}/{subnet.prefixlen}", "dev", name)
-    _ip("link", "set", name, "up")
+    if _ip(runner, "link", "show", name, check=False).returncode != 0:
+        _ip(runner, "link", "add", name, "type", "bridge")
+    _ip(runner, "addr", "replace", f"{gateway(subnet)}/{subnet.prefixlen}", "dev", name)
+    _ip(runner, "link", "set", name, "up")
 
 
-def bridge_exists(name: str) -> bool:
-    return _ip("link", "show", name, check=False).returncode == 0
+def bridge_exists(name: str, runner: Runner | None = None) -> bool:
+    return _ip(runner, "link", "show", name, check=False).returncode == 0
 
 
-def delete_bridge(name: str) -> list[str]:
-    if not bridge_exists(name):
+def delete_bridge(name: str, runner: Runner | None = None) -> list[str]:
+    if not bridge_exists(name, runner):
         return []
-    proc = _ip("link", "del", name, check=False)
+    proc = _ip(runner, "link", "del", name, check=False)
     return [] if proc.returncode == 0 else [f"bridge {name}: {proc.stderr.strip()}"]
 
 

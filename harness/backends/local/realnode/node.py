@@ -15,8 +15,8 @@ from harness.backends.local import kubeconfig, pki, ports, process, state
 from harness.backends.local.realnode import cgroups, containerd, host, images, kubelet, network
 from harness.backends.local.realnode.layout import RealNodeRecord, node_id, node_root
 from harness.binaries.noderuntime import NodeRuntime
-from harness.errors import ComponentError, HarnessError
-from harness.progress import Reporter
+from harness.core.errors import ComponentError, HarnessError
+from harness.core.progress import Reporter
 
 CONTAINERD_TIMEOUT = 60.0
 KUBELET_TIMEOUT = 90.0

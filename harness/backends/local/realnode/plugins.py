@@ -16,7 +16,7 @@ from typing import IO
 
 from harness.backends.local import process
 from harness.backends.local.realnode.layout import RealNodeRecord
-from harness.errors import ComponentError
+from harness.core.errors import ComponentError
 
 READY_TIMEOUT = 120.0  # a deadline, not a wait: importing grpc + kubernetes took over 30 s on a loaded machine
 EXCLUSIVE_TIMEOUT = 600.0  # how long a kubelet restart waits for the node's other users to finish

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 from pathlib import Path
 
+from harness.backends.commands import Runner
 from harness.backends.local.realnode import cgroups, host, inotify
 from harness.backends.local.realnode.layout import node_root
 from harness.binaries import noderuntime
 
 
-def problems(real_nodes: int = 1) -> list[str]:
+def problems(real_nodes: int = 1, runner: Runner | None = None) -> list[str]:
     """Everything that keeps this machine from running `real_nodes` more real nodes (empty: it can)."""
+    runner = runner or Runner()
     found = []
     if platform.system() != "Linux":
         return [f"a real node needs Linux (this is {platform.system()})"]
@@ -30,7 +31,7 @@ def problems(real_nodes: int = 1) -> list[str]:
     if "overlay" not in _filesystems():
         found.append("the kernel has no overlay filesystem (containerd's overlayfs snapshotter needs it)")
     for tool in ("ip", "umount"):
-        if not shutil.which(tool):
+        if not runner.which(tool):
             found.append(f"`{tool}` is not installed (Debian: iproute2 / mount)")
     found += [f"missing: {m} (Debian: apt-get install {noderuntime.DEBIAN_PACKAGES})"
               for m in noderuntime.host_tools_missing()]

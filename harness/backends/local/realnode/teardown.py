@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import psutil
 
+from harness.backends.commands import Runner
 from harness.backends.local import process
 from harness.backends.local.realnode import cgroups, host, network
 from harness.backends.local.realnode.layout import RealNodeRecord, node_root, records
@@ -39,14 +39,15 @@ def mounts_under(directory: Path) -> list[Path]:
     return sorted(found, key=lambda p: (-len(p.parts), str(p)))
 
 
-def unmount_all(directory: Path) -> list[str]:
+def unmount_all(directory: Path, runner: Runner | None = None) -> list[str]:
+    runner = runner or Runner()
     for _ in range(3):  # a stacked mount (the kubelet's self bind mount) shows up once per layer
         points = mounts_under(directory)
         if not points:
             return []
         for point in points:
-            if subprocess.run(["umount", str(point)], capture_output=True).returncode != 0:
-                subprocess.run(["umount", "-l", str(point)], capture_output=True)
+            if runner.query(["umount", point]).returncode != 0:
+                runner.query(["umount", "-l", point])
     return [f"mount {p}" for p in mounts_under(directory)]
 
 

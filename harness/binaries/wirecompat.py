@@ -17,12 +17,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness import paths
-from harness.errors import HarnessError
-from harness.locking import file_lock
-from harness.progress import Reporter
+from harness.core import paths
+from harness.core.errors import HarnessError
+from harness.core.locking import file_lock
+from harness.core.progress import Reporter
 
-SOURCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "wirecompat"
+SOURCE_DIR = Path(__file__).resolve().parents[2] / "tests" / "wirecompat"
 BINARY = "wirecompat"
 
 
@@ -117,7 +117,7 @@ def _tail(log: Path, lines: int = 15) -> str:
 
 
 def main() -> int:
-    """`python -m harness.wirecompat`: build the client now (make test does, before the tests run, so
+    """`python -m harness.binaries.wirecompat`: build the client now (make test does, before the tests run, so
     a cold build does not compete with timing-sensitive tests for the two cores)."""
     import sys
 

@@ -6,7 +6,7 @@ their own namespaces and uniquely named cluster-scoped objects (see the plugin's
 
 How: the controller (the process without `workerinput`) makes a shared directory and hands it to
 the workers. The first process that needs the cluster starts it under a file lock and writes
-`cluster.json` (the typed cluster record, harness.records); the others read it. A failed start writes `error.txt`, so every worker fails at once
+`cluster.json` (the typed cluster record, harness.core.records); the others read it. A failed start writes `error.txt`, so every worker fails at once
 with the same message instead of retrying. The controller tears the cluster down at session end
 (also after Ctrl-C), because only it outlives all the workers. Without xdist, one process plays both
 roles. No cluster is started if no test asks for one.
@@ -25,11 +25,10 @@ from pathlib import Path
 
 from harness import backends
 from harness.backends.base import ClusterSpec
-from harness.backends.common import kubeconfig_endpoint
-from harness.errors import HarnessError
-from harness.locking import file_lock
-from harness.progress import Reporter
-from harness.records import ClusterInfo, read_cluster, write_cluster
+from harness.core.errors import HarnessError
+from harness.core.locking import file_lock
+from harness.core.progress import Reporter
+from harness.core.records import ClusterInfo, read_cluster, write_cluster
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ def _start_or_attach(options: SessionOptions, run_id: str) -> tuple[ClusterInfo,
     if "--kubeconfig" in backend.spec_flags:  # a cluster the user gives: attach, make nothing
         if not options.kubeconfig:
             raise HarnessError(f"--dra-backend {options.backend} needs --kubeconfig (or the KUBECONFIG variable)")
-        return attach(options.kubeconfig), False
+        return backends.attach(options.kubeconfig), False
     if options.cluster_name and options.cluster_name in backend.list():
         status = backend.status(options.cluster_name)
         if status.health != "running":
@@ -107,23 +106,3 @@ def _start_or_attach(options: SessionOptions, run_id: str) -> tuple[ClusterInfo,
                                   preset=options.preset, feature_gates=options.feature_gates, real_nodes=real_nodes,
                                   binaries_dir=Path(options.binaries_dir) if options.binaries_dir else None))
     return replace(info, real_nodes_reason=reason), True
-
-
-def attach(kubeconfig: str, where: str = "--kubeconfig") -> ClusterInfo:
-    """The record of a cluster the user gives by kubeconfig (nothing of it is started or stopped)."""
-    path = Path(kubeconfig).expanduser()
-    name, server = kubeconfig_endpoint(path, where)
-    local = _local_cluster(path)
-    if local is not None:  # a local cluster of this machine: its record names its real nodes and logs
-        return local
-    return ClusterInfo(name=name, backend="existing", kubeconfig=path, server=server)
-
-
-def _local_cluster(kubeconfig: Path) -> ClusterInfo | None:
-    from harness.backends.local import state
-
-    try:
-        found = state.find_by_kubeconfig(kubeconfig)
-        return backends.get("local").info(found.name) if found is not None else None
-    except Exception:  # a half-written record of a cluster being made or removed: attach as any cluster
-        return None

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError, Problem
-from harness.files import write_atomic
+from harness.core.errors import ConfigError, Problem
+from harness.core.files import write_atomic
 
 # One order of maturities, for --dra-maturity and the report's rows ("-": a test of no feature).
 MATURITY_ORDER = {"ga": 0, "beta": 1, "alpha": 2, "-": 3}

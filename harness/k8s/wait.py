@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from fake_devices.controller import ignore_missing
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from harness.k8s.client import Clients
 
 

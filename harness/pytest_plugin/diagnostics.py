@@ -9,14 +9,14 @@ from pathlib import Path
 import yaml
 
 from harness import backends
-from harness.files import tail
+from harness.core.files import tail
 
 FAKE_DRIVERS = "dra_fake_drivers"  # attribute on the test item: the fake drivers its fixture started
 
 
 def _vendor_parts(item, k8s) -> list[str]:
     """Vendor mode: the vendor's slices and DeviceClasses as the cluster has them, and its plugin's log."""
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(item.config)
     if vendor is None:
@@ -33,7 +33,7 @@ def _vendor_parts(item, k8s) -> list[str]:
             parts.append(f"--- DeviceClass {name} (spec.deviceClasses.{kind}) ---\n" + yaml.safe_dump(found, sort_keys=False))
         except Exception as err:
             parts.append(f"--- DeviceClass {name} (spec.deviceClasses.{kind}): cannot be read: {err}")
-    from harness import vendor_plugin
+    from harness.backends.local import vendor_plugin
 
     logs = [Path(vendor.plugin_log).expanduser()] if vendor.plugin_log else []
     try:
@@ -50,7 +50,7 @@ def collect(item, report_dir: str | None) -> str | None:
     k8s = item.funcargs.get("k8s")
     if k8s is None:
         return None
-    from harness import wait
+    from harness.k8s import wait
 
     parts = []
     namespace = item.funcargs.get("dra_namespace")

@@ -10,9 +10,11 @@ import json
 import math
 from pathlib import Path
 
-from harness import binaries, conditions, report, upstream_perf
-from harness.errors import ConfigError, HarnessError, Problem
-from harness.progress import Reporter
+from harness import binaries
+from harness.core import conditions
+from harness.core.errors import ConfigError, HarnessError, Problem
+from harness.core.progress import Reporter
+from harness.jobs import report, upstream_perf
 
 
 def add_parser(commands) -> None:
@@ -81,7 +83,7 @@ def run(args, reporter: Reporter, out) -> int:
 
 
 def _ours(spec: upstream_perf.Workload, report_dir: Path, reporter: Reporter) -> dict:
-    from harness import load_runner
+    from harness.jobs import load_runner
     from load import scenarios
 
     assert spec.ours is not None

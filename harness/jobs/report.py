@@ -13,8 +13,8 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
-from harness.errors import ConfigError, Problem
-from harness.records import MATURITY_ORDER, OUTCOMES, read_results
+from harness.core.errors import ConfigError, Problem
+from harness.core.records import MATURITY_ORDER, OUTCOMES, read_results
 
 
 def dir_problems(report_dir: Path, flag: str = "--report-dir") -> list[Problem]:
@@ -48,7 +48,7 @@ def open_dir(report_dir: Path, flag: str = "--report-dir") -> None:
 
 
 def load_results(report_dir: Path) -> list[dict]:
-    """The plugin's results.json (harness.records.TestResult, one per finished test), as the report reads them."""
+    """The plugin's results.json (harness.core.records.TestResult, one per finished test), as the report reads them."""
     return [result.to_dict() for result in read_results(report_dir / "results.json")]
 
 ALLOCATED = "dra_allocated_drivers"

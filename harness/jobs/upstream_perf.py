@@ -27,10 +27,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import binaries, conditions, paths
+from harness import binaries
 from harness.binaries import gobuild
-from harness.errors import BinariesError, HarnessError, Problem
-from harness.progress import Reporter
+from harness.core import conditions, paths
+from harness.core.errors import BinariesError, HarnessError, Problem
+from harness.core.progress import Reporter
 
 PERF_PACKAGE = "k8s.io/kubernetes/test/integration/scheduler_perf"
 # Test package (relative to scheduler_perf) -> name of its cached test binary.

@@ -1,6 +1,6 @@
 """pytest plugin (entry point `pytest11`): options, markers and fixtures for DRA tests.
 
-Only wiring lives here; the cluster lifecycle is in harness.session, API access in harness.k8s.
+Only wiring lives here; the cluster lifecycle is in harness.pytest_plugin.session, API access in harness.k8s.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness import backends
-from harness import session as sessions
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
+from harness.core.records import MATURITY_ORDER, ClusterInfo, TestResult, write_results
 from harness.k8s.client import Clients
-from harness.records import MATURITY_ORDER, ClusterInfo, TestResult, write_results
+from harness.pytest_plugin import session as sessions
 
 if TYPE_CHECKING:  # for annotations; imported where used
-    from harness import wait
     from harness.config.vendor import VendorDriver
+    from harness.k8s import wait
 
 RUN_ID_LABEL = "dra-harness.x-k8s.io/run-id"
 _SHARED = pytest.StashKey[str]()
@@ -42,7 +42,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "cluster with the fake driver (needs Docker); existing: use the cluster of --kubeconfig")
     group.addoption("--kubeconfig", default=None, help="kubeconfig of an existing cluster (default: $KUBECONFIG)")
     group.addoption("--dra-cluster-record", default=None, metavar="CLUSTER_JSON",
-                    help="the cluster record a dra-harness job wrote for the cluster it started (harness.records): "
+                    help="the cluster record a dra-harness job wrote for the cluster it started (harness.core.records): "
                          "test that cluster; it is never stopped by this run")
     group.addoption("--dra-cluster-name", default=None,
                     help="local backend: use this cluster if it is running, else start it under this name")
@@ -109,7 +109,7 @@ def pytest_configure(config: pytest.Config) -> None:
     vendor_file = config.getoption("--dra-driver-config")
     if vendor_file:
         from fake_devices.errors import InvalidInput
-        from harness import vendor_plugin
+        from harness.backends.local import vendor_plugin
         from harness.config import vendor
 
         options = config.stash[_OPTIONS]
@@ -143,7 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     setup = config.stash.get(_VENDOR_SETUP, None)
     if setup is not None:
-        from harness import vendor_plugin
+        from harness.backends.local import vendor_plugin
 
         left = setup.close()
         for name in (vendor_plugin.SETUP_ENV, vendor_plugin.PLUGINS_ENV):
@@ -161,7 +161,7 @@ def _given_cluster_kubeconfig(options: sessions.SessionOptions) -> Path | None:
     """The kubeconfig of a cluster that exists before the run (a job's record, or --kubeconfig for a
     backend that attaches), else None."""
     if options.cluster_record:
-        from harness.records import read_cluster
+        from harness.core.records import read_cluster
 
         return read_cluster(Path(options.cluster_record).expanduser()).kubeconfig
     if options.kubeconfig and "--kubeconfig" in backends.backend_class(options.backend).spec_flags:
@@ -204,7 +204,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         _name_invalid_pools(item, report)
     if report.failed and call.when in ("call", "setup"):
         try:
-            from harness import diagnostics
+            from harness.pytest_plugin import diagnostics
 
             path = diagnostics.collect(item, item.config.getoption("--dra-report-dir"))
             if path:
@@ -376,9 +376,9 @@ def real_node(dra_cluster: ClusterInfo, k8s: Clients, dra_namespace: str):
 @pytest.fixture
 def vendor_plugins(request: pytest.FixtureRequest) -> list:
     """Vendor mode: the vendor's kubelet plugins the harness started from spec.kubeletPlugin, one per
-    real node (harness.vendor_plugin.VendorPlugin: `.node`, `.restart(kill=True)`, `.stop()`,
+    real node (harness.backends.local.vendor_plugin.VendorPlugin: `.node`, `.restart(kill=True)`, `.stop()`,
     `.start()`, `.log`). Skips, naming the field, when the harness did not start the plugin."""
-    from harness import vendor_plugin
+    from harness.backends.local import vendor_plugin
 
     vendor = vendor_driver(request.config)
     if vendor is None:
@@ -392,7 +392,7 @@ def vendor_plugins(request: pytest.FixtureRequest) -> list:
 
 def _delete_pods_and_wait(k8s: Clients, namespace: str, timeout: float = 90.0) -> None:
     """Delete a namespace's pods gracefully (never forced: the kubelet must unprepare) and wait."""
-    from harness import wait
+    from harness.k8s import wait
 
     for pod in k8s.core.list_namespaced_pod(namespace).items:
         wait.ignore_not_found(k8s.core.delete_namespaced_pod, pod.metadata.name, namespace)
@@ -408,8 +408,8 @@ FAKE_DRIVER_NAMES = "dra_fake_drivers"  # test property: the drivers of the fake
 def dra_namespace(request: pytest.FixtureRequest, k8s: Clients, unique_name, dra_run_id: str) -> Iterator[str]:
     """A fresh namespace for one test, deleted afterwards (also when the test fails). The drivers
     whose devices its claims were allocated are recorded for the report."""
-    from harness import wait
-    from harness.allocations import AllocatedDrivers
+    from harness.k8s import wait
+    from harness.pytest_plugin.allocations import AllocatedDrivers
 
     name = unique_name("t")
     k8s.core.create_namespace({"apiVersion": "v1", "kind": "Namespace",
@@ -428,7 +428,7 @@ def dra_namespace(request: pytest.FixtureRequest, k8s: Clients, unique_name, dra
 @pytest.fixture
 def cluster_objects(k8s: Clients) -> Iterator[wait.CreatedObjects]:
     """Tracks cluster-scoped objects a test creates and deletes them at teardown."""
-    from harness import wait
+    from harness.k8s import wait
 
     created = wait.CreatedObjects(k8s)
     yield created
@@ -445,7 +445,7 @@ def fake_driver(request: pytest.FixtureRequest, k8s: Clients, unique_name, dra_n
     """
     from fake_devices import config as driver_config
     from fake_devices.controller import FakeDriver
-    from harness.diagnostics import FAKE_DRIVERS
+    from harness.pytest_plugin.diagnostics import FAKE_DRIVERS
 
     started: list[FakeDriver] = []
     setattr(request.node, FAKE_DRIVERS, started)  # so a failure report can show their slices

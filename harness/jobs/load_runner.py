@@ -3,6 +3,8 @@ reports (locust's CSV/HTML plus our JSON with the scheduler's metrics and the ge
 
 Each run gets its own cluster (N nodes named dev-*, each with a `load-gpu` profile of D GPUs published
 by the fake driver) with SchedulerPreQueueingHints on or off, so runs never influence each other.
+On a cluster the user gives (`--backend existing --kubeconfig K`) the run brings its own nodes, fake
+driver and namespace instead and removes them afterwards (harness/jobs/load_guest.py).
 locust runs as its own process (it patches the standard library with gevent), headless with a user
 count, a run-time bound and an event budget; `--web` serves its UI on 127.0.0.1 instead, and
 `--workers K` uses locust's distributed mode (a master and K worker processes).
@@ -13,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -22,21 +25,21 @@ from pathlib import Path
 
 import yaml
 
-from harness import backends, report
+from harness import backends
 from harness.backends.base import ClusterSpec
-from harness.errors import ConfigError, HarnessError, InvalidInput, Problem
-from harness.progress import Reporter
+from harness.core.errors import ConfigError, HarnessError, InvalidInput, Problem
+from harness.core.progress import Reporter
+from harness.jobs import load_guest, report
 from load import scenarios
-from load.scenarios import USER_CLASSES
+from load.scenarios import PROFILE_NAME, USER_CLASSES, Placement
 
-LOCUSTFILE = Path(__file__).resolve().parent.parent / "load" / "locustfile.py"
-PROFILE_NAME = "load-gpu"
+LOCUSTFILE = Path(__file__).resolve().parents[2] / "load" / "locustfile.py"
 MAX_WORKERS = 64  # locust worker processes on this machine
 
 
-def _profile_yaml(devices_per_node: int) -> str:
+def _profile_yaml(devices_per_node: int, name: str = PROFILE_NAME) -> str:
     return yaml.safe_dump({
-        "apiVersion": "dra-harness.x-k8s.io/v1alpha1", "kind": "NodeProfile", "metadata": {"name": PROFILE_NAME},
+        "apiVersion": "dra-harness.x-k8s.io/v1alpha1", "kind": "NodeProfile", "metadata": {"name": name},
         "spec": {"description": f"{devices_per_node} GPUs, for load tests",
                  "numaNodes": [{"id": 0, "cpus": "0-15", "memory": "64Gi", "pcieRoots": ["pci0000:10"]}],
                  "gpus": [{"model": "T4", "count": devices_per_node, "attach": [{"pcieRoot": "pci0000:10"}]}]}})
@@ -60,53 +63,98 @@ def percentile(values: list[float], p: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool = True, web: bool = False,
-        workers: int = 0, keep_cluster: bool = False, reporter: Reporter | None = None, name: str | None = None,
-        backend_name: str = "local", kubeconfig: str | None = None) -> dict:
-    """One scenario on one fresh cluster; returns the summary also written to load-report.json."""
-    from harness.k8s.client import Clients
+def gives_cluster(backend_class) -> bool:
+    """A backend that attaches to a cluster the user gives (it takes --kubeconfig) rather than starting one."""
+    return "--kubeconfig" in backend_class.spec_flags
 
+
+def check_run_flags(backend_name: str, *, workers: int = 0, hints: bool | None = None,
+                    keep_cluster: bool = False) -> list[Problem]:
+    """The flags of `load run` that the chosen backend cannot honour (pure: nothing is contacted)."""
     backend_class = backends.backend_class(backend_name)
-    if "--kubeconfig" in backend_class.spec_flags:  # a cluster the user gives
-        _refuse_given_cluster(backend_name, kubeconfig)
-    if not backend_class.names_its_nodes:
-        raise ConfigError([Problem("--backend", backend_name, "the load scenarios address their nodes as dev-0..N-1 "
-                                   "(the load definition's pool), and this backend names its nodes itself",
-                                   ", ".join(n for n in backends.BACKENDS if backends.backend_class(n).names_its_nodes))])
     problems = [] if 0 <= workers <= MAX_WORKERS else [
         Problem("--workers", str(workers), "out of range",
                 f"0 (locust in one process) to {MAX_WORKERS} worker processes")]
+    if gives_cluster(backend_class):
+        if hints is not None:
+            problems.append(Problem("--hints", "on" if hints else "off", f"--backend {backend_name} runs on a "
+                                    "cluster you give, whose feature gates (SchedulerPreQueueingHints) are its own",
+                                    "leave --hints out, or use --backend local"))
+        if keep_cluster:
+            problems.append(Problem("--keep-cluster", "(set)", f"--backend {backend_name} never stops the cluster "
+                                    "you give, and always removes the run's own objects from it",
+                                    "leave --keep-cluster out"))
+    elif not backend_class.names_its_nodes:
+        allowed = [n for n in backends.BACKENDS if backends.backend_class(n).names_its_nodes
+                   or gives_cluster(backends.backend_class(n))]
+        problems.append(Problem("--backend", backend_name, "the load scenarios address their nodes as dev-0..N-1 "
+                                "(the load definition's pool), and this backend names its nodes itself",
+                                ", ".join(allowed)))
+    return problems
+
+
+def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = None, web: bool = False,
+        workers: int = 0, keep_cluster: bool = False, reporter: Reporter | None = None, name: str | None = None,
+        backend_name: str = "local", kubeconfig: str | None = None) -> dict:
+    """One scenario on one fresh cluster, or as a guest on a given one (`--backend existing`); returns
+    the summary also written to load-report.json. `hints`: SchedulerPreQueueingHints of the cluster
+    the run starts (None: on); a given cluster keeps its own."""
+    from harness.k8s.client import Clients
+
+    backend_class = backends.backend_class(backend_name)
+    given = gives_cluster(backend_class)
+    problems = check_run_flags(backend_name, workers=workers, hints=hints, keep_cluster=keep_cluster)
     try:
         scenarios.validate(params)
     except InvalidInput as err:
         problems = err.problems + problems
     if problems:
         raise ConfigError(problems)
+    if given:
+        kubeconfig = str(_check_given_cluster(backend_name, kubeconfig))
     report.open_dir(report_dir, "--report-dir")
     reporter = reporter or Reporter()
     name = name or f"load-{params.scenario}-{os.getpid() % 10000}"
     backend = backend_class(reporter)
     work = report_dir / ".work"
     work.mkdir(exist_ok=True)
-    definition = _definition(params, work)
-    info = backend.up(ClusterSpec(name=name, definition=definition,
-                                  feature_gates=f"SchedulerPreQueueingHints={str(hints).lower()}"))
+    placement = Placement.guest(params.scenario, secrets.token_hex(3)) if given else Placement.own(params.scenario)
+    if given:  # the run's objects only; the cluster is attached to, never changed or stopped
+        info = backend.up(ClusterSpec(name=name, kubeconfig=kubeconfig, deploy=False))
+    else:
+        info = backend.up(ClusterSpec(name=name, definition=_definition(params, work),
+                                      feature_gates=f"SchedulerPreQueueingHints={str(hints is not False).lower()}"))
     try:
-        if not scenarios.SCENARIOS[params.scenario].devices_at_start:
-            with reporter.step(f"taking the devices away from {params.nodes} nodes (they come back as events)"):
-                _strip_profiles(Clients(info.kubeconfig), params.nodes)
-        results_file = report_dir / "scenario.json"
-        results_file.unlink(missing_ok=True)
-        command = _locust_command(params, info, report_dir, results_file, web=web, workers=workers)
-        with reporter.step(f"locust: {params.scenario}, {params.nodes} nodes, {params.pending} waiting pods, "
-                           f"{params.events} events, hints {'on' if hints else 'off'}"):
-            _run_locust(command, params, workers, report_dir)
-        if not results_file.exists():
-            raise HarnessError("locust finished without results", hint=f"see {report_dir / 'locust.log'}",
-                               log_file=report_dir / "locust.log")
-        scenario_result = json.loads(results_file.read_text())
+        guest = None
+        try:
+            if given:
+                profile_file = work / f"{placement.profile}.yaml"
+                profile_file.write_text(_profile_yaml(params.devices_per_node, placement.profile))
+                guest = load_guest.GuestRun(info.kubeconfig, placement, nodes=params.nodes, profile_file=profile_file,
+                                            with_devices=scenarios.SCENARIOS[params.scenario].devices_at_start,
+                                            reporter=reporter)
+                guest.start()
+            elif not scenarios.SCENARIOS[params.scenario].devices_at_start:
+                with reporter.step(f"taking the devices away from {params.nodes} nodes (they come back as events)"):
+                    _strip_profiles(Clients(info.kubeconfig), params.nodes)
+            results_file = report_dir / "scenario.json"
+            results_file.unlink(missing_ok=True)
+            command = _locust_command(params, info, placement, report_dir, results_file, web=web, workers=workers)
+            hints_text = "the cluster's own hints" if given else f"hints {'on' if hints is not False else 'off'}"
+            with reporter.step(f"locust: {params.scenario}, {params.nodes} nodes, {params.pending} waiting pods, "
+                               f"{params.events} events, {hints_text}"):
+                _run_locust(command, params, workers, report_dir)
+            if not results_file.exists():
+                raise HarnessError("locust finished without results", hint=f"see {report_dir / 'locust.log'}",
+                                   log_file=report_dir / "locust.log")
+            scenario_result = json.loads(results_file.read_text())
+        finally:
+            if guest is not None:
+                guest.close()
     finally:
-        if not keep_cluster:
+        if given:
+            backend.down(name)  # the record of the attachment only
+        elif not keep_cluster:
             with reporter.step(f"stopping cluster {name!r}"):
                 backend.down(name)
     latencies = scenario_result["latencies_ms"]
@@ -124,7 +172,8 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool = True, w
     if params.burst:  # every pod of the burst created and bound, or the run failed
         burst = scenario_result["throughput"]
         failures = burst["not_created"] + burst["unbound"]
-    summary = {"params": asdict(params), "hints": hints, "cluster": name, "workers": workers,
+    summary = {"params": asdict(params), "hints": None if given else hints is not False, "cluster": name,
+               "backend": backend_name, "workers": workers,
                "latency_ms": latency, "failures": failures,
                "failure_reasons": failure_reasons(params, scenario_result, failures, report_dir),
                **{k: v for k, v in scenario_result.items() if k not in ("latencies_ms",)}}
@@ -133,11 +182,9 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool = True, w
     return summary
 
 
-def _refuse_given_cluster(backend_name: str, kubeconfig: str | None) -> None:
-    """A load run on a cluster the user gives: its kubeconfig is checked (missing, unusable or
-    unreachable: a located ConfigError), then the run is refused, before anything is created: every
-    scenario labels, patches and taints its nodes dev-0..N-1 and fills them with claims, and on a
-    cluster dra-harness did not make those nodes are not ours to change."""
+def _check_given_cluster(backend_name: str, kubeconfig: str | None) -> Path:
+    """A load run on a cluster the user gives: its kubeconfig is checked before anything is created
+    (missing, unusable or unreachable: a located ConfigError); returns its path."""
     from harness.k8s.client import Clients, check_reachable, read_kubeconfig
 
     raw = kubeconfig or os.environ.get("KUBECONFIG")
@@ -151,9 +198,7 @@ def _refuse_given_cluster(backend_name: str, kubeconfig: str | None) -> None:
         check_reachable(clients, f"{where} {raw}")
     finally:
         clients.close()
-    raise ConfigError([Problem("--backend", backend_name, "the load scenarios relabel, taint and fill the nodes "
-                               "dev-0..N-1 of their cluster; on a cluster dra-harness did not start those nodes are "
-                               "not its to change, so nothing was done", "--backend local")])
+    return Path(raw).expanduser()
 
 
 def failure_reasons(params: scenarios.LoadParams, result: dict, failures: int | None, report_dir: Path) -> list[str]:
@@ -178,7 +223,7 @@ def failure_reasons(params: scenarios.LoadParams, result: dict, failures: int | 
 
 def result_lines(summary: dict) -> list[str]:
     """The run's outcome in a few lines, for the console and the HTML report."""
-    from harness import conditions
+    from harness.core import conditions
 
     lines = []
     burst = summary.get("throughput")
@@ -219,16 +264,17 @@ def write_html(summary: dict, path: Path) -> None:
     banner = ("<p style='background:#fdd;padding:6px'><b>CONTENDED</b>: other processes took more than 10% of "
               "the machine during the measured window; the figures are not trustworthy.</p>" if contended else "")
     body = "".join(f"<li>{html.escape(line)}</li>" for line in result_lines(summary))
+    hints = {True: "hints on", False: "hints off"}.get(summary["hints"], "the cluster's own hints")
     path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>load: {html.escape(summary['params']['scenario'])}"
                     f"</title></head><body style='font-family:sans-serif'><h1>{html.escape(summary['params']['scenario'])}"
-                    f", hints {'on' if summary['hints'] else 'off'}</h1>{banner}<ul>{body}</ul>"
+                    f", {hints}</h1>{banner}<ul>{body}</ul>"
                     "<p>Locust's own report: <a href='locust.html'>locust.html</a></p>"
                     f"<pre>{html.escape(json.dumps(summary, indent=2))}</pre></body></html>")
 
 
 def _strip_profiles(clients, nodes: int) -> None:
     from fake_devices.config import PROFILE_LABEL
-    from harness import wait
+    from harness.k8s import wait
 
     try:
         for i in range(nodes):
@@ -238,7 +284,8 @@ def _strip_profiles(clients, nodes: int) -> None:
         clients.close()
 
 
-def _locust_command(params, info, report_dir: Path, results_file: Path, *, web: bool, workers: int) -> list[str]:
+def _locust_command(params, info, placement: Placement, report_dir: Path, results_file: Path, *, web: bool,
+                    workers: int) -> list[str]:
     user_class = USER_CLASSES[params.scenario]
     # throughput: enough concurrent creators that pod creation outpaces the scheduler (see BENCHMARKS.md)
     users = params.users if not params.burst else max(params.users, 64)
@@ -248,7 +295,7 @@ def _locust_command(params, info, report_dir: Path, results_file: Path, *, web: 
                "--csv", str(report_dir / "locust"), "--html", str(report_dir / "locust.html"),
                "--kubeconfig", str(info.kubeconfig), "--scenario", params.scenario, "--nodes", str(params.nodes),
                "--pending", str(params.pending), "--events", str(params.events),
-               "--devices-per-node", str(params.devices_per_node), "--device-profile", PROFILE_NAME,
+               "--devices-per-node", str(params.devices_per_node), *placement.locust_args(),
                "--scheduler-metrics-url", info.metrics.get("kube-scheduler", ""),
                "--results-file", str(results_file), "--event-timeout", str(params.event_timeout),
                "--rate", str(params.rate),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.errors import ComponentError, ConfigError, HarnessError, Problem
+from harness.core.errors import ComponentError, ConfigError, HarnessError, Problem
 
 if TYPE_CHECKING:
     from harness.backends.local.realnode.layout import RealNodeRecord

@@ -15,8 +15,8 @@ from rich.markup import escape
 
 from harness import __version__, backends, binaries
 from harness.backends.base import Backend, ClusterSpec
-from harness.errors import ClusterNotFound, ConfigError, HarnessError, InvalidInput, Problem
-from harness.progress import Reporter
+from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, InvalidInput, Problem
+from harness.core.progress import Reporter
 
 
 def _add_version_flags(parser: argparse.ArgumentParser) -> None:
@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     load = commands.add_parser("load", help="locust load tests: requeue latency and scheduling throughput")
     load_sub = load.add_subparsers(dest="action", required=True, metavar="ACTION")
-    lrun = load_sub.add_parser("run", help="one scenario on a fresh cluster (or on your own: --backend existing)")
+    lrun = load_sub.add_parser("run", help="one scenario on a fresh cluster (or as a guest on yours: --backend "
+                                           "existing)")
     lrun.add_argument("--backend", default="local", help=BACKEND_HELP)
     lrun.add_argument("--kubeconfig", default=None, help="existing backend: the cluster (default: $KUBECONFIG)")
     lrun.add_argument("--scenario", required=True, help="device-freed | slice-added | taint-removed | "
@@ -182,7 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     lrun.add_argument("--users", type=int, default=1, help="locust users (concurrent events)")
     lrun.add_argument("--rate", type=float, default=10.0, help="steady-state: pod arrivals per second (default: 10)")
     lrun.add_argument("--time-limit", type=float, default=300, help="seconds; locust stops at this bound")
-    lrun.add_argument("--hints", choices=("on", "off"), default="on", help="SchedulerPreQueueingHints")
+    lrun.add_argument("--hints", choices=("on", "off"), default=None,
+                      help="SchedulerPreQueueingHints of the cluster the run starts (default: on; a cluster you "
+                           "give keeps its own)")
     lrun.add_argument("--report-dir", type=Path, default=Path("reports/load"))
     lrun.add_argument("--web", action="store_true", help="serve locust's web UI on 127.0.0.1:8089")
     lrun.add_argument("--workers", type=int, default=0, help="locust distributed mode: K worker processes")
@@ -203,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     kind_sub.add_parser("build-node-image",
                         help="build (or find cached) an offline kind node image for Kubernetes v1.37.2")
 
-    from harness import bench_cli
+    from harness.cli import bench as bench_cli
 
     bench_cli.add_parser(commands)
 
@@ -260,7 +263,7 @@ def _kind(args, reporter: Reporter, out) -> int:
 
 
 def _dispatch(args, reporter: Reporter, out) -> int:
-    from harness import runner
+    from harness.jobs import runner
 
     if args.command == "binaries":
         if args.action == "install":
@@ -292,15 +295,15 @@ def _dispatch(args, reporter: Reporter, out) -> int:
     if args.command == "kind":
         return _kind(args, reporter, out)
     if args.command == "bench":
-        from harness import bench_cli
+        from harness.cli import bench as bench_cli
 
         return bench_cli.run(args, reporter, out)
     if args.command == "profiles":
-        from harness import profiles_cli
+        from harness.cli import profiles as profiles_cli
 
         return profiles_cli.run(args, out)
     if args.command == "fault":
-        from harness import profiles_cli
+        from harness.cli import profiles as profiles_cli
 
         return profiles_cli.fault(args, out)
     if args.command == "migration":
@@ -377,8 +380,7 @@ def _validate_definitions(args, out) -> int:
 def _node_paths(args, out) -> int:
     """`cluster node-paths`: where a vendor's kubelet plugin must put its sockets and CDI specs on a
     local cluster's real node(s); the same values the harness fills into spec.kubeletPlugin."""
-    from harness import vendor_plugin
-    from harness.backends.local import state
+    from harness.backends.local import state, vendor_plugin
     from harness.backends.local.realnode.layout import records
 
     cluster = state.load(state.validate_name(args.name))
@@ -416,14 +418,15 @@ def _int_list(text: str, flag: str) -> list[int]:
 
 
 def _load(args, reporter: Reporter, out) -> int:
-    from harness import load_runner
+    from harness.jobs import load_runner
     from load import scenarios
 
     if args.action == "run":
         params = scenarios.LoadParams(args.scenario, args.nodes, args.pending, args.events,
                                       devices_per_node=args.devices_per_node, users=args.users,
                                       time_limit=args.time_limit, rate=args.rate)
-        summary = load_runner.run(params, report_dir=args.report_dir, hints=args.hints == "on", web=args.web,
+        summary = load_runner.run(params, report_dir=args.report_dir, web=args.web,
+                                  hints=None if args.hints is None else args.hints == "on",
                                   workers=args.workers, keep_cluster=args.keep_cluster, reporter=reporter,
                                   backend_name=args.backend, kubeconfig=args.kubeconfig)
         for line in load_runner.result_lines(summary):

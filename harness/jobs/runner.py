@@ -4,7 +4,7 @@ conformance suite against it in pytest, write the reports, and stop the cluster 
 The backend is chosen by name through the registry (harness.backends): one that attaches to a cluster
 you give (`existing`, with --kubeconfig) makes nothing; any other starts a cluster from one
 ClusterSpec and stops it at the end. Either way the suite gets the cluster as data: the typed
-cluster record (harness.records) is written to `<report-dir>/cluster.json` and pytest is pointed at
+cluster record (harness.core.records) is written to `<report-dir>/cluster.json` and pytest is pointed at
 it (`--dra-cluster-record`), so the report shows exactly what `pytest conformance/` checks there.
 
 Order matters: every input (flags, cluster definition, vendor file, kubeconfig, report directory) is
@@ -24,19 +24,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import backends, report
-from harness import session as sessions
+from harness import backends
 from harness.backends.base import Backend, ClusterSpec
 from harness.config.cluster import MAX_NODES, ClusterDefinition
-from harness.errors import ConfigError, HarnessError, Problem
-from harness.progress import Reporter
-from harness.records import ClusterInfo, write_cluster
+from harness.core.errors import ConfigError, HarnessError, Problem
+from harness.core.progress import Reporter
+from harness.core.records import ClusterInfo, write_cluster
+from harness.jobs import report
 
 if TYPE_CHECKING:  # imported where used, like the backends
     from harness.binaries import Versions
     from harness.config.vendor import VendorDriver
 
-CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "conformance"
+CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "conformance"
 MAX_WORKERS = 64
 CLUSTER_RECORD = "cluster.json"  # in the report directory: the cluster the suite ran against
 # How long pytest gets, after it is told to stop, to tear its tests down and write its results.
@@ -120,7 +120,7 @@ def plan(options: ConformanceOptions) -> Plan:
         if result.vendor_file is not None:  # its classes, extended resources and image, in the cluster
             _check_vendor_file(result.vendor_file, result.kubeconfig)
             if result.vendor_file.kubelet_plugin is not None:  # a real node of a local cluster to start it on
-                from harness import vendor_plugin
+                from harness.backends.local import vendor_plugin
 
                 vendor_plugin.real_nodes(result.kubeconfig, result.vendor_file.source)
         return result
@@ -181,7 +181,7 @@ def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
             facts = _facts(str(info.kubeconfig))
             suite_env: dict[str, str] = {}
             if checked.vendor_file is not None and (checked.vendor_file.kubelet_plugin or checked.vendor_file.manifests):
-                from harness import vendor_plugin
+                from harness.backends.local import vendor_plugin
 
                 # spec.manifests and spec.kubeletPlugin: set up here, so they are taken down below however
                 # the suite ends (pytest killed after its grace period included)
@@ -243,8 +243,8 @@ def _check_vendor_file(vendor_file, kubeconfig: str) -> None:
 
 
 def _facts(kubeconfig: str) -> dict:
-    from harness.discovery import discover
     from harness.k8s.client import Clients
+    from harness.k8s.discovery import discover
 
     clients = Clients(Path(kubeconfig))
     try:
@@ -329,7 +329,7 @@ def _cluster(checked: Plan, reporter: Reporter) -> tuple[Backend | None, str | N
     """(backend that started the cluster, or None when it was given; its name; its record)."""
     options = checked.options
     if checked.kubeconfig is not None:  # given (plan checked it is there and reachable): attach only
-        return None, None, sessions.attach(checked.kubeconfig)
+        return None, None, backends.attach(checked.kubeconfig)
     from harness.binaries import Versions
 
     name = options.name or f"conformance-{time.strftime('%H%M%S')}-{os.getpid() % 1000}"

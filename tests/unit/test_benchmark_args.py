@@ -1,0 +1,100 @@
+"""`--backend` of the benchmark scripts: each accepts the backends it makes sense on (local by default)
+and refuses the others with exit status 2, naming the flag, why, and what is allowed."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench(request):
+    sys.path.insert(0, str(BENCHMARKS))  # the scripts import each other as siblings, as when run
+    yield lambda name: importlib.import_module(name)
+    sys.path.remove(str(BENCHMARKS))
+
+
+def _refused(capsys, parse, argv) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        parse(argv)
+    assert stopped.value.code == 2
+    return capsys.readouterr().err
+
+
+LOCAL_ONLY = [
+    ("fake_devices_bench", ["publish"], "creates KWOK nodes"),
+    ("real_node_bench", [], "starts a real kubelet"),
+    ("requeue_curve", [], "SchedulerPreQueueingHints on and off"),
+    ("throughput_ab", [], "SchedulerPreQueueingHints on and off"),
+    ("cluster_bench", ["nodes"], "creates KWOK nodes"),
+    ("cluster_bench", ["verify"], "binary cache"),
+]
+
+
+@pytest.mark.parametrize("script, argv, why", LOCAL_ONLY, ids=[f"{s}-{a[0] if a else ''}" for s, a, _ in LOCAL_ONLY])
+def test_local_only_benchmarks_default_to_local_and_refuse_the_others(bench, capsys, script, argv, why):
+    parse = bench(script).parse_args
+    assert parse(argv).backend == "local"
+    assert parse([*argv, "--backend", "local"]).backend == "local"
+    for other in ("kind", "existing"):
+        err = _refused(capsys, parse, [*argv, "--backend", other])
+        assert f"error: --backend: {other}: " in err and why in err and "(allowed: local)" in err, err
+        assert "Traceback" not in err
+
+
+def test_cluster_start_runs_on_local_and_kind(bench, capsys):
+    parse = bench("cluster_bench").parse_args
+    assert parse(["start"]).backend == "local"
+    assert parse(["start", "--backend", "kind"]).backend == "kind"
+    err = _refused(capsys, parse, ["start", "--backend", "existing"])
+    assert "--backend: existing: `start` times `cluster up`" in err and "(allowed: local, kind)" in err
+
+
+def test_kubelet_plugin_bench_runs_anywhere_and_kubeconfig_means_existing(bench, capsys):
+    parse = bench("kubelet_plugin_bench").parse_args
+    assert (parse(["prepare"]).backend, parse(["prepare"]).kubeconfig) == ("local", None)
+    assert parse(["prepare", "--backend", "kind"]).backend == "kind"
+    given = parse(["prepare", "--kubeconfig", "/k"])
+    assert (given.backend, given.kubeconfig) == ("existing", "/k")
+    assert parse(["prepare", "--backend", "existing"]).backend == "existing"  # $KUBECONFIG, checked by the backend
+    err = _refused(capsys, parse, ["prepare", "--backend", "local", "--kubeconfig", "/k"])
+    assert "--kubeconfig: /k: names a cluster to use, but --backend local starts its own" in err
+    err = _refused(capsys, parse, ["prepare", "--backend", "nope"])
+    assert "--backend: nope: unknown backend (allowed: local, kind, existing)" in err
+
+
+def test_benchmarks_get_their_cluster_through_the_registry(bench, monkeypatch):
+    """No script constructs a backend class; bench_backend.start asks the registry by name."""
+    for script in sorted(BENCHMARKS.glob("*.py")):
+        text = script.read_text()
+        assert "LocalBackend" not in text and "UpOptions" not in text, script.name
+    bench_backend = bench("bench_backend")
+    asked = []
+
+    class Recorder:
+        def __init__(self, reporter):
+            pass
+
+        def up(self, spec):
+            return spec.name
+
+    monkeypatch.setattr(bench_backend.backends, "get", lambda name, reporter=None: asked.append(name) or Recorder(None))
+    from harness.backends.base import ClusterSpec
+
+    _, info = bench_backend.start("kind", ClusterSpec(name="b"))
+    assert (asked, info) == (["kind"], "b")
+
+
+def test_a_backend_that_refuses_the_spec_exits_2_with_its_message(bench, monkeypatch, capsys):
+    bench_backend = bench("bench_backend")
+    from harness.backends.base import ClusterSpec
+
+    with pytest.raises(SystemExit) as stopped:
+        bench_backend.start("existing", ClusterSpec(name="b", kubeconfig="/nonexistent/kubeconfig", deploy=False))
+    assert stopped.value.code == 2
+    assert "--kubeconfig: /nonexistent/kubeconfig: no such file" in capsys.readouterr().err
