@@ -167,8 +167,16 @@ def test_only_a_range_with_a_fractional_bound_is_fractional():
 def test_fractional_sizes_of_the_fake_drives_io_share():
     from decimal import Decimal
 
-    from conformance.under_test import (above_capacity, above_max, between_steps, decimal_text, largest_valid,
-                                        least_positive, milli_text, split_whole)
+    from conformance.under_test import (
+        above_capacity,
+        above_max,
+        between_steps,
+        decimal_text,
+        largest_valid,
+        least_positive,
+        milli_text,
+        split_whole,
+    )
 
     io = _nvme()["capacity"]["ioShare"]
     m = Decimal("0.001")
