@@ -227,3 +227,49 @@ def shareable_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_names
                                          pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
 
     return pool
+
+
+@pytest.fixture
+def fractional_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str, cluster_objects,
+                          unique_name):
+    """`fractional_under_test(count=1)` -> a conformance.under_test.DevicePool of `count` free devices
+    (None: every such device of the node) that allow multiple allocations and publish a capacity whose
+    requestPolicy.validRange has a fractional min, max or step (DRAFractionalCapacityRange): a fresh
+    fake-driver instance's NVMe drives (profile nvme-storage, `ioShare`), or the vendor's driver where its
+    slices show such devices. A vendor driver that publishes none: not applicable, or a failure when the
+    vendor file claims DRAFractionalCapacityRange. In vendor mode the tests using the vendor's devices
+    take turns (`vendor_turn`)."""
+    from functools import partial
+
+    from conformance import objects, under_test
+    from harness.pytest_plugin import vendor_driver
+
+    vendor = vendor_driver(request.config)
+    make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
+
+    def pool(count: int | None = 1) -> under_test.DevicePool:
+        if vendor is None:
+            from fake_devices.controller import INSTANCE_LABEL
+
+            fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): "nvme-storage"})
+            classes = [c.metadata.name for c in k8s.resource.list_device_class(
+                label_selector=f"{INSTANCE_LABEL}={fake.config.instance}").items]
+            return under_test.fractional_pool(k8s, fake.drivers.all(), classes, (), count, make, required=True,
+                                              image=objects.PAUSE_IMAGE, pull_policy="IfNotPresent", vendor=False,
+                                              fake=fake)
+        request.getfixturevalue("vendor_turn")  # waits for this test's turn (once)
+        published = [d for driver in vendor.drivers for d in under_test.all_devices(k8s, driver)]
+        missing = under_test.fractional_missing(vendor.drivers, published)
+        if missing is not None:
+            # a capability the vendor file claims and the slices contradict is a failure, not a skip
+            if "DRAFractionalCapacityRange" in vendor.features:
+                pytest.fail(f"{vendor.source}: spec.features claims DRAFractionalCapacityRange, but {missing}",
+                            pytrace=False)
+            request.node.user_properties.append(("dra_not_applicable", missing))
+            pytest.skip(f"not applicable: {missing}")
+        return under_test.fractional_pool(k8s, vendor.drivers, list(vendor.device_classes.values()),
+                                          request.getfixturevalue("cluster_facts").kubelet_nodes, count, make,
+                                          image=vendor.test_image,
+                                          pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
+
+    return pool

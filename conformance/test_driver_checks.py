@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import checks, class_selectors, driver_checks, objects
+from conformance import checks, class_selectors, driver_checks, objects, under_test
 from fake_devices import faults, render
 from harness.k8s import wait
 
@@ -74,9 +74,8 @@ PUBLISHED_CAPABILITIES = {
     "DRAConsumableCapacity": ("a device that allows multiple allocations (allowMultipleAllocations) with a capacity",
                               lambda slices, devices: any(d.get("allowMultipleAllocations") and d.get("capacity")
                                                           for d in devices)),
-    "DRAFractionalCapacityRange": ("a capacity with a requestPolicy.validRange",
-                                   lambda slices, devices: any((c.get("requestPolicy") or {}).get("validRange")
-                                                               for d in devices for c in (d.get("capacity") or {}).values())),
+    "DRAFractionalCapacityRange": ("a capacity whose requestPolicy.validRange has a fractional min, max or step",
+                                   lambda slices, devices: any(under_test.fractional(d) for d in devices)),
 }
 
 

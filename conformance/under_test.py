@@ -28,7 +28,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 
 import pytest
@@ -587,39 +587,217 @@ def default_share(entry: dict) -> Decimal:
     return quantity(default) if default is not None else quantity(entry["value"])
 
 
-def shareable_pool(k8s: Clients, drivers, classes, kubelet_nodes, count: int, make, **pool_options) -> DevicePool:
-    """`count` free devices of one driver on one node that allow multiple allocations and publish a
-    capacity with a request policy, selected by one of `classes`; prefers a node run by a kubelet.
-    Skips naming what is missing."""
+def shareable_pool(k8s: Clients, drivers, classes, kubelet_nodes, count: int | None, make, *, has=consumable,
+                   needs: str = "publish a capacity with a requestPolicy (consumable capacity)", required: bool = False,
+                   **pool_options) -> DevicePool:
+    """`count` free devices (None: every such device of that node) of one driver on one node that allow
+    multiple allocations and publish what `has` finds (default: a capacity with a request policy),
+    selected by one of `classes`; prefers a node run by a kubelet. Skips naming what is missing (fails,
+    when `required`: the fake driver's profile must show it)."""
     from conformance import class_selectors
 
     everything = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
     best: tuple | None = None
     seen = []
+    wanted = 1 if count is None else count
     for device_class in sorted(set(classes)):
         body = k8s.api_client.sanitize_for_serialization(k8s.resource.read_device_class(device_class))
         selection = class_selectors.evaluate(body, everything)
         selected = None if selection.not_evaluated else set(selection.selected)
         for (driver, node), devices in free_devices(k8s, drivers, selected, shareable=True).items():
-            devices = [d for d in devices if consumable(d.published)]
+            devices = [d for d in devices if has(d.published)]
             seen.append(f"{len(devices)} on {node} (driver {driver}, class {device_class})")
-            rank = (len(devices) >= count, node in kubelet_nodes, len(devices))
+            rank = (len(devices) >= wanted, node in kubelet_nodes, len(devices))
             if devices and (best is None or rank > best[0]):
                 best = (rank, driver, device_class, node, devices)
     if best is None or not best[0][0]:
-        pytest.skip(f"needs {count} free device(s) of one driver on one node that allow multiple allocations and "
-                    f"publish a capacity with a requestPolicy (consumable capacity), selected by a class; found: "
-                    f"{', '.join(seen) or 'none'} (drivers {', '.join(drivers)}, classes {', '.join(classes)})")
+        why = (f"needs {wanted} free device(s) of one driver on one node that allow multiple allocations and "
+               f"{needs}, selected by a class; found: "
+               f"{', '.join(seen) or 'none'} (drivers {', '.join(drivers)}, classes {', '.join(classes)})")
+        if required:
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
     _, driver, device_class, node, devices = best
     published = all_devices(k8s, driver)
     identity = identity_attribute(driver, published)
     if identity is None and not fingerprints_unique(published):
         pytest.skip(f"driver {driver} publishes two devices with the same attributes: a test cannot ask for "
                     "particular devices")
-    chosen = devices[:count]
+    chosen = devices if count is None else devices[:count]
     return make(driver=driver, device_class=device_class, node=node, devices=chosen, identity=identity,
                 identity_name=_identity_name(driver, chosen, identity[0]) if identity else "",
                 kubelet=node in kubelet_nodes, attribute_keys=fingerprint_keys(published), **pool_options)
+
+
+# --- fractional capacity: validRange in milli-units (DRAFractionalCapacityRange) -------------------
+
+MILLI = Decimal("0.001")
+RANGE_BOUNDS = ("min", "max", "step")
+
+
+def _fractional_quantity(text) -> bool:
+    value = quantity(text)
+    return value != value.to_integral_value()
+
+
+def ranged(device: dict) -> dict[str, dict]:
+    """{capacity name: its published entry} of the capacities whose requestPolicy has a validRange."""
+    return {name: entry for name, entry in consumable(device).items() if entry["requestPolicy"].get("validRange")}
+
+
+def fractional(device: dict) -> dict[str, dict]:
+    """The capacities whose requestPolicy.validRange has a fractional min, max or step: with
+    DRAFractionalCapacityRange the scheduler rounds requests for them in milli-units (with integer
+    arithmetic it would read 120m as 1)."""
+    return {name: entry for name, entry in ranged(device).items()
+            if any(_fractional_quantity(v) for k, v in entry["requestPolicy"]["validRange"].items()
+                   if k in RANGE_BOUNDS and v is not None)}
+
+
+def fractional_missing(drivers, devices: list[dict]) -> str | None:
+    """Why no device of `drivers` (`devices`: all they publish) serves the fractional-capacity tests,
+    naming the missing capability; None when one publishes a fractional validRange."""
+    if any(fractional(d) for d in devices):
+        return None
+    names = ", ".join(drivers)
+    integral = [f"{d['name']}: {name} {entry['requestPolicy']['validRange']}" for d in devices
+                for name, entry in sorted(ranged(d).items())]
+    if not integral:
+        return f"{names} publishes no capacity with requestPolicy.validRange"
+    return (f"{names} publishes requestPolicy.validRange only with whole-number min, max and step (e.g. "
+            f"{integral[0]}): no capacity with a fractional one, which DRAFractionalCapacityRange computes in "
+            "milli-units")
+
+
+def milli_floor(value: Decimal) -> Decimal:
+    return value.quantize(MILLI, rounding=ROUND_FLOOR)
+
+
+def milli_text(value: Decimal) -> str:
+    """A quantity as a request writes it: whole numbers as they are, fractions in milli-units (120m)."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int(value * 1000)}m"
+
+
+def decimal_text(value: Decimal) -> str:
+    """A quantity in decimal notation (0.35), as some clients write a fraction."""
+    return format(value.normalize(), "f")
+
+
+def _bounds(entry: dict) -> tuple[Decimal, Decimal | None, Decimal | None, Decimal]:
+    """(min, step, max, the most a request may get: max or else the capacity) of a validRange."""
+    valid = entry["requestPolicy"]["validRange"]
+    value = quantity(entry["value"])
+    step = quantity(valid["step"]) if valid.get("step") is not None else None
+    high = quantity(valid["max"]) if valid.get("max") is not None else None
+    return quantity(valid.get("min") or "0"), step, high, value if high is None else min(high, value)
+
+
+def consumed(device: dict, requests: dict[str, Decimal]) -> dict[str, Decimal] | None:
+    """What the scheduler records as consumed of each capacity of `device` for a request of these
+    amounts (an amount it does not name: the policy's default, else the whole capacity), or None when
+    the request violates a policy (the device cannot serve it)."""
+    found: dict[str, Decimal] = {}
+    for name, entry in (device.get("capacity") or {}).items():
+        if name not in requests:
+            found[name] = default_share(entry) if entry.get("requestPolicy") else quantity(entry["value"])
+        elif entry.get("requestPolicy"):
+            rounded = smallest_valid(entry, requests[name])
+            if rounded is None:
+                return None
+            found[name] = rounded
+        else:
+            found[name] = requests[name]
+    return found
+
+
+def fit(device: dict, claims: list[dict[str, Decimal]]) -> bool:
+    """Whether claims with these requests all fit on `device` together."""
+    amounts = [consumed(device, c) for c in claims]
+    if any(a is None for a in amounts):
+        return False
+    return all(sum((a[name] for a in amounts if a is not None), Decimal(0)) <= quantity(entry["value"])
+               for name, entry in (device.get("capacity") or {}).items())
+
+
+def beside(device: dict, name: str, claims: int) -> dict[str, Decimal]:
+    """Requests for the device's capacities other than `name` that let `claims` claims share it: none
+    where that many defaults fit, else the least a request may ask for (a capacity without a policy:
+    an equal part)."""
+    extra: dict[str, Decimal] = {}
+    for other, entry in sorted((device.get("capacity") or {}).items()):
+        if other == name:
+            continue
+        value = quantity(entry["value"])
+        if not entry.get("requestPolicy"):
+            extra[other] = milli_floor(value / claims)
+        elif claims * default_share(entry) > value:
+            least = smallest_valid(entry, Decimal(0))
+            if least is not None:
+                extra[other] = least
+    return extra
+
+
+def between_steps(entry: dict) -> tuple[Decimal, Decimal] | None:
+    """(a request off the range's steps, what it is rounded up to): halfway into the third step (or
+    the second, the first) above min, or below a positive min without a step; None when no request
+    lies between two valid amounts (a 1m step)."""
+    low, step, _, top = _bounds(entry)
+    if step is not None:
+        half = milli_floor(step / 2)
+        for n in (2, 1, 0):
+            if half > 0 and low + (n + 1) * step <= top:
+                return low + n * step + half, low + (n + 1) * step
+    if low > 0 and milli_floor(low / 2) > 0:
+        return milli_floor(low / 2), low
+    return None
+
+
+def split_whole(entry: dict) -> tuple[Decimal, Decimal] | None:
+    """Two valid amounts, the first below half, that add up to exactly the whole capacity (or two
+    halves); None when no two claims can take all of it."""
+    value = quantity(entry["value"])
+    first = largest_valid(entry, value / 2 - MILLI)
+    for _ in range(100):
+        if first is None or first <= 0:
+            break
+        if smallest_valid(entry, value - first) == value - first:
+            return first, value - first
+        first = largest_valid(entry, first - MILLI)
+    half = value / 2
+    if half == milli_floor(half) and half > 0 and smallest_valid(entry, half) == half:
+        return half, half
+    return None
+
+
+def least_positive(entry: dict) -> Decimal | None:
+    """The least amount above zero a request may be allocated."""
+    low, step, _, _ = _bounds(entry)
+    return smallest_valid(entry, low if low > 0 else (step or MILLI))
+
+
+def above_max(entry: dict) -> Decimal | None:
+    """A request above the range's max that the capacity itself would hold, or None (no max below it)."""
+    _, step, high, _ = _bounds(entry)
+    value = quantity(entry["value"])
+    if high is None or high >= value:
+        return None
+    return high + step if step is not None and high + step <= value else high + MILLI
+
+
+def above_capacity(entry: dict) -> Decimal:
+    """A request for half as much again as the whole capacity."""
+    value = quantity(entry["value"])
+    return value + max(milli_floor(value / 2), MILLI)
+
+
+def fractional_pool(k8s: Clients, drivers, classes, kubelet_nodes, count: int | None, make, **options) -> DevicePool:
+    """Free shareable devices of one driver on one node with a capacity whose validRange is
+    fractional (`fractional`); see shareable_pool."""
+    return shareable_pool(k8s, drivers, classes, kubelet_nodes, count, make, has=fractional,
+                          needs="publish a capacity whose requestPolicy.validRange has a fractional min, max or step",
+                          **options)
 
 
 def known_cdi_dir(dra_cluster, node: str) -> Path | None:

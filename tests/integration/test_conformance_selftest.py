@@ -318,3 +318,72 @@ def test_vendor_mode_judges_a_vendors_health_monitor_through_its_commands(dra_cl
                                  "test_failed_device_gets_a_no_execute_rule_that_evicts_only_its_pod"], output[-3000:]
     skipped = records["test_monitor_touches_only_its_own_rules_and_removes_them_on_exit"]
     assert skipped["outcome"] == "skipped" and "the harness does not run your monitor" in skipped["message"]
+
+
+FRACTIONAL = CHECKS.parent / "test_fractional_capacity.py"
+FRACTIONAL_ON_DEVICES = ("test_fractional_request_is_rounded_up_to_the_milli_step",
+                         "test_claims_share_a_device_in_fractions_up_to_the_whole",
+                         "test_request_above_the_range_maximum_fits_no_device")
+
+
+def _run_vendor_records(cluster, config: Path, report: Path, *tests: Path, k: str = "") -> tuple[str, dict]:
+    """The given test files in vendor mode in their own pytest process: (output, {test: its record})."""
+    import json
+
+    result = subprocess.run([sys.executable, "-m", "pytest", *map(str, tests), "-p", "no:cacheprovider", "-q", "-rs",
+                             *(["-k", k] if k else []), "--dra-backend=existing", f"--kubeconfig={cluster.kubeconfig}",
+                             f"--dra-driver-config={config}", f"--dra-report-dir={report}"],
+                            capture_output=True, text=True, timeout=600)
+    records = {r["id"].split("::")[1]: r for r in json.loads((report / "results.json").read_text())}
+    return result.stdout + result.stderr, records
+
+
+def test_vendor_mode_runs_the_fractional_capacity_tests_on_the_vendors_devices(dra_cluster, fake_driver,
+                                                                                simulated_node, tmp_path):
+    """A vendor's shareable devices with a fractional validRange (here: a fake-driver instance's NVMe
+    drives standing in for a vendor's): the fractional-capacity tests allocate those devices, with
+    the sizes worked out from the range its slices publish."""
+    vendor = fake_driver({simulated_node: "nvme-storage"})
+    config = _vendor_file(tmp_path, [vendor.drivers.storage], deviceClasses=f"{{nvme: {vendor.config.instance}-nvme}}",
+                          features="[DRAConsumableCapacity, DRAFractionalCapacityRange]")
+    output, records = _run_vendor_records(dra_cluster, config, tmp_path / "report", FRACTIONAL, CHECKS,
+                                          k="fractional or claimed_capabilities")
+    assert {test: r["outcome"] for test, r in records.items()} == {
+        **{test: "passed" for test in FRACTIONAL_ON_DEVICES}, "test_api_validates_fractional_ranges_in_milli_units": "passed",
+        "test_claimed_capabilities_are_published": "passed"}, output[-3000:]
+    for test in FRACTIONAL_ON_DEVICES:
+        properties = records[test]["properties"]
+        assert properties["dra_allocated_drivers"] == [vendor.drivers.storage], (test, properties)
+        devices = properties["dra_fractional_devices"]
+        assert devices and all(d.startswith(f"{vendor.drivers.storage}/{simulated_node}/nvme-") for d in devices), \
+            (test, devices)
+
+
+def test_vendor_mode_fractional_capacity_the_slices_contradict(dra_cluster, fake_driver, simulated_node, tmp_path):
+    """A vendor driver whose ranges are all whole numbers (the tiny profile's NVMe drives: 10Gi steps):
+    the fractional-capacity tests are not applicable, naming what it lacks; once the vendor file claims
+    DRAFractionalCapacityRange they fail, naming the file, the claim and the driver."""
+    vendor = fake_driver({simulated_node: "tiny"})
+    storage = vendor.drivers.storage
+    lacks = f"{storage} publishes requestPolicy.validRange only with whole-number min, max and step"
+    unclaimed = _vendor_file(tmp_path, [storage], deviceClasses=f"{{nvme: {vendor.config.instance}-nvme}}")
+    output, records = _run_vendor_records(dra_cluster, unclaimed, tmp_path / "unclaimed", FRACTIONAL)
+    for test in FRACTIONAL_ON_DEVICES:
+        assert records[test]["outcome"] == "not applicable", (test, records[test], output[-3000:])
+        assert records[test]["message"].startswith(f"not applicable: {lacks}"), records[test]
+    assert records["test_api_validates_fractional_ranges_in_milli_units"]["outcome"] == "passed", output[-3000:]
+
+    claimed = tmp_path / "claimed"
+    claimed.mkdir()
+    config = _vendor_file(claimed, [storage], deviceClasses=f"{{nvme: {vendor.config.instance}-nvme}}",
+                          features="[DRAConsumableCapacity, DRAFractionalCapacityRange]")
+    output, records = _run_vendor_records(dra_cluster, config, tmp_path / "claimed-report", FRACTIONAL, CHECKS,
+                                          k="fractional or claimed_capabilities")
+    for test in FRACTIONAL_ON_DEVICES:
+        assert records[test]["outcome"] == "failed", (test, records[test], output[-3000:])
+        assert records[test]["message"].startswith(
+            f"Failed: {config}: spec.features claims DRAFractionalCapacityRange, but {lacks}"), records[test]
+    claim_check = records["test_claimed_capabilities_are_published"]
+    assert claim_check["outcome"] == "failed" and (
+        f"spec.features claims DRAFractionalCapacityRange, but no slice of {storage} publishes a capacity whose "
+        "requestPolicy.validRange has a fractional min, max or step") in claim_check["message"], claim_check

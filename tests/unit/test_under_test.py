@@ -132,3 +132,109 @@ def test_a_valid_range_rounds_up_to_its_steps_and_clamps_to_min_and_max():
     listed = {"value": "8", "requestPolicy": {"validValues": ["2", "4", "8"]}}
     assert smallest_valid(listed, Decimal(3)) == 4 and largest_valid(listed, Decimal(3)) == 2
     assert default_share(listed) == 8  # no default: the whole capacity
+
+
+# --- fractional capacity: sizes worked out from a published validRange -----------------------------
+
+def _nvme() -> dict:
+    """An NVMe drive as the fake driver's nvme-storage profile publishes it."""
+    return {"name": "nvme-0", "allowMultipleAllocations": True, "capacity": {
+        "size": {"value": "7680G", "requestPolicy": {"default": "100Gi", "validRange": {"min": "10Gi", "step": "10Gi"}}},
+        "ioShare": {"value": "1", "requestPolicy": {"default": "0",
+                                                    "validRange": {"min": "0", "max": "800m", "step": "50m"}}}}}
+
+
+def test_only_a_range_with_a_fractional_bound_is_fractional():
+    from conformance.under_test import fractional, fractional_missing
+
+    assert sorted(fractional(_nvme())) == ["ioShare"]  # size's range is whole bytes
+    example = {"name": "gpu-0", "allowMultipleAllocations": True, "capacity": {
+        "memory": {"value": "80Gi", "requestPolicy": {"default": "80Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}},
+        "compute": {"value": "100", "requestPolicy": {"default": "100", "validValues": ["10", "50", "100"]}}}}
+    assert fractional(example) == {}
+    assert fractional_missing(["gpu.example.com"], [_nvme(), example]) is None
+    message = fractional_missing(["gpu.example.com"], [example])
+    assert message is not None and message.startswith(
+        "gpu.example.com publishes requestPolicy.validRange only with whole-number min, max and step (e.g. gpu-0: "
+        "memory {'min': '1Gi', 'step': '1Gi'}): no capacity with a fractional one")
+    plain = {"name": "gpu-0", "capacity": {"memory": {"value": "80Gi"}}}
+    assert fractional_missing(["a.example.com", "b.example.com"], [plain]) == \
+        "a.example.com, b.example.com publishes no capacity with requestPolicy.validRange"
+    assert fractional({"name": "x", "capacity": {"bw": {"value": "2", "requestPolicy": {
+        "default": "1500m", "validRange": {"min": "1500m"}}}}})  # a fractional min alone will do
+
+
+def test_fractional_sizes_of_the_fake_drives_io_share():
+    from decimal import Decimal
+
+    from conformance.under_test import (
+        above_capacity,
+        above_max,
+        between_steps,
+        decimal_text,
+        largest_valid,
+        least_positive,
+        milli_text,
+        split_whole,
+    )
+
+    io = _nvme()["capacity"]["ioShare"]
+    m = Decimal("0.001")
+    assert between_steps(io) == (125 * m, 150 * m)  # halfway into the third step of 50m, rounded up
+    assert split_whole(io) == (450 * m, 550 * m)  # distinct shares that are the whole drive
+    assert least_positive(io) == 50 * m
+    assert above_max(io) == 850 * m and above_capacity(io) == 1500 * m
+    assert largest_valid(io, Decimal("0.425")) == 400 * m
+    assert (milli_text(125 * m), milli_text(Decimal(2)), decimal_text(400 * m)) == ("125m", "2", "0.4")
+
+
+def test_fractional_sizes_follow_other_ranges():
+    from decimal import Decimal
+
+    from conformance.under_test import above_max, between_steps, least_positive, smallest_valid, split_whole
+
+    m = Decimal("0.001")
+    # min 250m, step 500m, max 2750m on a capacity of 4: the third step is 1250m..1750m
+    odd = {"value": "4", "requestPolicy": {"default": "250m",
+                                           "validRange": {"min": "250m", "step": "500m", "max": "2750m"}}}
+    asked, rounded = between_steps(odd)
+    assert (asked, rounded) == (1500 * m, 1750 * m) and smallest_valid(odd, asked) == rounded
+    assert least_positive(odd) == 250 * m and above_max(odd) == 3250 * m
+    assert split_whole(odd) == (1750 * m, 2250 * m)  # 250m + n * 500m, each at most 2750m
+    # 4 - 2 * 200m is no multiple of 500m: no two valid amounts add up to the whole capacity
+    assert split_whole({"value": "4", "requestPolicy": {"default": "200m", "validRange": {"min": "200m",
+                                                                                          "step": "500m"}}}) is None
+    # a max at the capacity: nothing lies above the max that the capacity would hold
+    whole = {"value": "1", "requestPolicy": {"default": "0", "validRange": {"min": "0", "step": "100m", "max": "1"}}}
+    assert above_max(whole) is None and split_whole(whole) == (400 * m, 600 * m)
+    # a 1m step: no request lies between two valid amounts; without a step, only below a positive min
+    assert between_steps({"value": "1", "requestPolicy": {"default": "0", "validRange": {"min": "0", "step": "1m"}}}) \
+        is None
+    assert between_steps({"value": "1", "requestPolicy": {"default": "500m", "validRange": {"min": "500m"}}}) == \
+        (250 * m, 500 * m)
+    # a max below half the capacity: two claims cannot take it all
+    assert split_whole({"value": "1", "requestPolicy": {"default": "0",
+                                                        "validRange": {"min": "0", "step": "50m", "max": "300m"}}}) \
+        is None
+
+
+def test_what_a_device_records_as_consumed_and_what_fits_beside():
+    from decimal import Decimal
+
+    from conformance.under_test import beside, consumed, fit, quantity
+
+    nvme, m = _nvme(), Decimal("0.001")
+    gi = quantity("1Gi")
+    assert consumed(nvme, {}) == {"size": 100 * gi, "ioShare": 0}  # the policies' defaults
+    assert consumed(nvme, {"ioShare": 120 * m}) == {"size": 100 * gi, "ioShare": 150 * m}
+    assert consumed(nvme, {"ioShare": 850 * m}) is None  # above max: the device cannot serve it
+    assert fit(nvme, [{"ioShare": 450 * m}, {"ioShare": 550 * m}])
+    assert not fit(nvme, [{"ioShare": 450 * m}, {"ioShare": 550 * m}, {"ioShare": 50 * m}])
+    assert beside(nvme, "ioShare", 3) == {}  # three default sizes fit in 7680G
+    assert beside(nvme, "ioShare", 100) == {"size": 10 * gi}  # a hundred do not: the least each
+    plain = {"capacity": {"bw": {"value": "1", "requestPolicy": {"default": "0", "validRange": {"min": "0",
+                                                                                                "step": "50m"}}},
+                          "slots": {"value": "4"}}}
+    assert consumed(plain, {"bw": 50 * m}) == {"bw": 50 * m, "slots": 4}  # no policy, no amount: all of it
+    assert beside(plain, "bw", 3) == {"slots": Decimal("1.333")}
+    assert not fit(plain, [{}, {}]) and fit(plain, [{"slots": 2}, {"slots": 2}])
