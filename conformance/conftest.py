@@ -242,7 +242,7 @@ def fractional_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_name
     from functools import partial
 
     from conformance import objects, under_test
-    from harness.pytest_plugin import vendor_driver
+    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
