@@ -169,7 +169,11 @@ def test_kubelet_wipes_the_slices_of_a_plugin_that_is_gone(request, k8s: Clients
     others = {name: owner for name, owner in _slices_on(k8s, node).items() if owner[0] not in plugin.drivers}
     where = f"driver {driver}, node {node}, slice(s) {', '.join(sorted(mine))} (plugin log {plugin.log})"
 
-    plugin.stop(kill=True)  # gone for good, as far as the kubelet can tell: no clean shutdown
+    victim = plugin.running()
+    assert victim is not None, (f"{where}: the harness finds no live process of the plugin it started (record "
+                                f"{plugin.cluster_dir / 'pids' / (plugin.name + '.json')}): it cannot kill it")
+    survivors = plugin.stop(kill=True)  # gone for good, as far as the kubelet can tell: no clean shutdown
+    assert not survivors, f"{where}: {'; '.join(survivors)}"
     stopped = time.monotonic()
     try:
         try:
