@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import subprocess
 import tomllib
@@ -428,6 +429,28 @@ def test_cgroup_remove_deepest_first(tmp_path, monkeypatch):
         (memory / "dra-harness-0123abcd" / sub).mkdir(parents=True)
     monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [memory])
     monkeypatch.setattr(cgroups.os, "kill", lambda pid, sig: pytest.fail(f"kill({pid}) with no pids"))
+    assert cgroups.remove(NODE_ID, timeout=0) == []
+    assert list(memory.iterdir()) == []
+
+
+def test_cgroup_remove_and_pids_survive_cgroups_that_vanish_meanwhile(tmp_path, monkeypatch):
+    """runc removes a killed container's cgroup while the teardown walks the tree (seen in CI:
+    FileNotFoundError from Path.rglob made `cluster down` fail with a traceback)."""
+    memory = tmp_path / "memory"
+    top = memory / "dra-harness-0123abcd"
+    gone = top / "kubepods" / "besteffort" / "pod1" / "c1"
+    gone.mkdir(parents=True)
+    monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [memory])
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if Path(path) == gone.parent:
+            gone.rmdir()  # removed by someone else between seeing pod1 and listing it
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert cgroups.pids(NODE_ID) == set()
     assert cgroups.remove(NODE_ID, timeout=0) == []
     assert list(memory.iterdir()) == []
 

@@ -70,11 +70,18 @@ def existing(node_id: str) -> list[Path]:
     return [m / parent_name(node_id) for m in hierarchies() if (m / parent_name(node_id)).is_dir()]
 
 
+def _tree(top: Path) -> list[Path]:
+    """`top`'s cgroup directories below it, deepest first. The walk tolerates directories that vanish
+    under it: runc and containerd remove a container's cgroups while the node is torn down (a
+    Path.rglob raises FileNotFoundError then; os.walk skips what it can no longer list)."""
+    return [Path(parent) / name for parent, names, _ in os.walk(top, topdown=False) for name in names]
+
+
 def _pids(directory: Path) -> set[int]:
     pids: set[int] = set()
-    for path in directory.rglob("cgroup.procs"):
+    for path in [directory, *_tree(directory)]:
         try:
-            pids.update(int(p) for p in path.read_text().split())
+            pids.update(int(p) for p in (path / "cgroup.procs").read_text().split())
         except (OSError, ValueError):
             continue
     return pids
@@ -100,7 +107,7 @@ def remove(node_id: str, timeout: float = 10.0) -> list[str]:
         left = []
         for top in existing(node_id):
             # Deepest first: a cgroup directory can only be removed once it has no children.
-            for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            for directory in _tree(top):
                 try:
                     directory.rmdir()
                 except OSError:
