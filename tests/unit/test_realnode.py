@@ -776,6 +776,27 @@ def test_unmount_all_reports_what_stays(monkeypatch):
     assert teardown.unmount_all(Path("/n"), Runner(run=lambda argv, **kw: _completed(argv, 1))) == ["mount /n/a"]
 
 
+def test_teardown_goes_on_after_a_step_fails_and_names_it(tmp_path, monkeypatch):
+    """An OS error in one step (here the bridge) must not skip the cgroups, the directory check and
+    the rest: it becomes a named leftover of `cluster down`."""
+    node_record = _record(tmp_path / "node")
+    node_record.dirs.base.mkdir(parents=True)
+    done = []
+    monkeypatch.setattr(teardown, "_stop", lambda cluster_dir, names: done.append(("stop", tuple(names))))
+    monkeypatch.setattr(teardown, "processes_mentioning", lambda directory: [])
+    monkeypatch.setattr(teardown, "unmount_all", lambda directory: done.append("unmount") or [])
+
+    def bridge(name):
+        raise PermissionError(1, "Operation not permitted", name)
+
+    monkeypatch.setattr(teardown.network, "delete_bridge", bridge)
+    monkeypatch.setattr(teardown.cgroups, "remove", lambda node_id, timeout=10.0: done.append(("cgroups", timeout)) or [])
+    left = teardown.teardown(tmp_path, node_record)
+    assert left == ["deleting the bridge: [Errno 1] Operation not permitted: 'drh-0123abcd'"]
+    assert ("cgroups", 10.0) in done and "unmount" in done  # the steps after the failed one ran
+    assert node_record.dirs.base.exists()  # a leftover keeps the directory for the next `down`
+
+
 def test_teardown_all_without_real_nodes_touches_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(teardown.host, "release", lambda name: pytest.fail("released with no real node"))
     assert teardown.teardown_all(tmp_path, {"name": "c"}) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -73,18 +74,29 @@ def _stop(cluster_dir: Path, names: list[str]) -> None:
     process.terminate(procs, GRACE_SECONDS)
 
 
+def _step(what: str, action: Callable[[], list[str] | None]) -> list[str]:
+    """One step of the teardown; an OS error ends that step only, named among the leftovers, so the
+    steps after it (mounts, bridge, cgroups, directory, machine settings) still run."""
+    try:
+        return action() or []
+    except OSError as err:
+        return [f"{what}: {err}"]
+
+
 def teardown(cluster_dir: Path, node: RealNodeRecord) -> list[str]:
     dirs = node.dirs
     recorded = process.recorded(cluster_dir)
     plugins = [n for n in recorded if n.startswith(f"kubelet-plugin-{node.name}-")]
-    _stop(cluster_dir, plugins + [node.kubelet_process])
-    cgroups.remove(node.id, timeout=0.5)  # kills the containers; the cgroups go below, once empty
-    _stop(cluster_dir, [node.containerd_process])
-    leftovers = [f"{process.describe([p])} survived SIGKILL"
-                 for p in process.terminate(processes_mentioning(dirs.base), GRACE_SECONDS)]
-    leftovers += unmount_all(dirs.base)
-    leftovers += network.delete_bridge(node.bridge)
-    leftovers += cgroups.remove(node.id)
+    leftovers = _step("stopping the kubelet and plugins", lambda: _stop(cluster_dir, plugins + [node.kubelet_process]))
+    # kills the containers; the cgroups go below, once empty (what is left now is not a leftover yet)
+    _step("killing the containers", lambda: cgroups.remove(node.id, timeout=0.5))
+    leftovers += _step("stopping containerd", lambda: _stop(cluster_dir, [node.containerd_process]))
+    leftovers += _step("stopping the node's processes", lambda: [
+        f"{process.describe([p])} survived SIGKILL"
+        for p in process.terminate(processes_mentioning(dirs.base), GRACE_SECONDS)])
+    leftovers += _step("unmounting", lambda: unmount_all(dirs.base))
+    leftovers += _step("deleting the bridge", lambda: network.delete_bridge(node.bridge))
+    leftovers += _step("removing the cgroups", lambda: cgroups.remove(node.id))
     if not leftovers:
         shutil.rmtree(dirs.base, ignore_errors=True)
         if dirs.base.exists():
