@@ -33,9 +33,9 @@ from fake_devices.controller import FakeDriver  # noqa: E402
 from harness.backends.base import ClusterSpec  # noqa: E402
 from harness.backends.local import state  # noqa: E402
 from harness.backends.local.realnode import images  # noqa: E402
-from harness.backends.local.realnode.layout import records  # noqa: E402
 from harness.backends.local.realnode.plugins import NodePlugins  # noqa: E402
 from harness.core import conditions  # noqa: E402
+from harness.core.nodelayout import records  # noqa: E402
 from harness.core.progress import Reporter  # noqa: E402
 from harness.k8s import wait
 from harness.k8s.client import Clients  # noqa: E402

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -10,6 +11,7 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
+from conformance import objects
 from conformance.objects import ENV_DONE
 from harness.k8s import wait
 from harness.k8s.client import Clients
@@ -283,8 +285,6 @@ def scheduler_caught_up(k8s: Clients, namespace: str, name: str = "witness", tim
     first-come first-served, so once this pod is bound, every pod created before it has had its turn:
     one of those still unbound afterwards was held back, not merely not looked at yet.
     """
-    from conformance import objects
-
     k8s.core.create_namespaced_pod(namespace, objects.pod(name, [objects.container("main")]))
     return running(k8s, namespace, name, timeout)
 
@@ -369,10 +369,6 @@ def allocated_attribute(k8s: Clients, claim, attribute: str) -> dict[str, object
 
 def rejected(call, *args, status: int = 422, **kwargs) -> str:
     """Call the API expecting a rejection with HTTP `status`; return the server's message."""
-    import json
-
-    from kubernetes.client.rest import ApiException
-
     try:
         call(*args, **kwargs)
     except ApiException as err:
@@ -385,8 +381,6 @@ def every_node_says(message: str, reason: str, nodes: list[str]) -> bool:
     """True when the scheduler's "0/N nodes are available: ..." message gives `reason` for at least as
     many nodes as `nodes` lists. Other nodes of a shared cluster (say, one another test is creating)
     may add reasons of their own; the nodes under test must all answer with `reason`."""
-    import re
-
     match = re.search(rf"(\d+) {re.escape(reason)}(?:[.,]|$)", message)
     return match is not None and message.startswith("0/") and int(match[1]) >= len(nodes)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from fake_devices.schema import quantity_value
+
 STD = "resource.kubernetes.io/"
 PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 PCI_BUS_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -30,7 +32,6 @@ def _current(pool_slices: list[dict]) -> list[dict]:
 
 
 def _quantity(text):  # an exact Decimal
-    from fake_devices.schema import quantity_value
 
     return quantity_value(str(text))
 

@@ -15,6 +15,8 @@ import pytest
 from conformance import checks, class_selectors, driver_checks, objects, under_test
 from fake_devices import faults, render
 from harness.k8s import wait
+from harness.k8s.nodes import SHELL_IMAGE
+from harness.pytest_plugin.plugin import vendor_driver
 
 
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
@@ -34,8 +36,6 @@ def test_published_slices(driver_under_test, check, record_property):
 def test_slices_belong_to_the_clusters_nodes(request, driver_under_test, k8s):
     """No slice for a node that does not exist; in vendor mode, every node the vendor file's
     nodeSelector names has a pool with devices of every driver."""
-    from harness.pytest_plugin.plugin import vendor_driver
-
     slices = driver_under_test.slices()
     defects = driver_checks.nodes_exist(slices, {n.metadata.name for n in k8s.core.list_node().items})
     vendor = vendor_driver(request.config)
@@ -83,8 +83,6 @@ PUBLISHED_CAPABILITIES = {
 def test_claimed_capabilities_are_published(request, driver_under_test, record_property):
     """A feature the vendor file claims (spec.features) that needs something in the slices: the slices
     show it. A claim the slices contradict is a failure, not a skip."""
-    from harness.pytest_plugin.plugin import vendor_driver
-
     vendor = vendor_driver(request.config)
     claimed = sorted(set(vendor.features) & set(PUBLISHED_CAPABILITIES)) if vendor is not None else []
     if not claimed:
@@ -184,9 +182,6 @@ def kubelet_targets(request, k8s, cluster_facts, dra_namespace) -> KubeletTarget
     """What pods the kubelet must prepare: per vendor driver with devices on a kubelet node, a class
     that selects them there; or the fake driver with its kubelet plugins on the local backend's real
     node."""
-    from harness.k8s.nodes import SHELL_IMAGE
-    from harness.pytest_plugin.plugin import vendor_driver
-
     vendor = vendor_driver(request.config)
     if vendor is not None:
         request.getfixturevalue("vendor_turn")  # the vendor's devices: one test at a time
@@ -266,8 +261,6 @@ def test_kubelet_prepares_and_unprepares_the_drivers_claims(k8s, dra_namespace, 
 def test_vendor_extended_resources_are_served_by_the_vendors_devices(request, k8s, dra_namespace):
     """Each extended resource of the vendor file, asked for as `resources.limits` (no claim in the pod
     spec), gets a generated claim allocated from the vendor's driver."""
-    from harness.pytest_plugin.plugin import vendor_driver
-
     vendor = vendor_driver(request.config)
     if vendor is None:
         pytest.skip("vendor mode only: the fake driver's extended resources are tested in test_extended_resources.py")

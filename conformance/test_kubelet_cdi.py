@@ -11,13 +11,18 @@ knows for the local backend's real nodes only.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
+import grpc
 import pytest
 import yaml
 
 from conformance import checks, objects, under_test
+from fake_devices.kubeletplugin.generated import pluginregistration_v1_pb2 as registration
+from fake_devices.kubeletplugin.generated import pluginregistration_v1_pb2_grpc as registration_grpc
 from harness.k8s import wait
+from harness.pytest_plugin.plugin import vendor_driver
 
 pytestmark = [pytest.mark.needs_kubelet, pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")]
 
@@ -30,11 +35,7 @@ SHOW_CONTAINER = ["sh", "-c", f"env; echo '{MOUNTS}'; cat /proc/mounts; echo '{D
 @pytest.fixture
 def kubelet_pool(request, devices_under_test):
     """One device of the driver under test on a node run by a real kubelet, or skip naming why."""
-    from harness.pytest_plugin.plugin import vendor_driver
-
     if vendor_driver(request.config) is None:
-        from functools import partial
-
         real_node = request.getfixturevalue("real_node")
         make = partial(under_test.DevicePool, request.getfixturevalue("k8s"),
                        request.getfixturevalue("cluster_objects"), request.getfixturevalue("unique_name"))
@@ -121,8 +122,6 @@ def test_container_receives_the_cdi_edits_of_its_claim(k8s, dra_namespace, dra_c
 def _registration_dir(request, node: str) -> Path | None:
     """The kubelet's plugin registration directory on `node`, where the harness knows it: the local
     backend's real node (the fake driver's plugins there, or the vendor's plugin it started)."""
-    from harness.pytest_plugin.plugin import vendor_driver
-
     vendor = vendor_driver(request.config)
     if vendor is None:
         return request.getfixturevalue("real_node").node.dirs.plugins_registry
@@ -134,11 +133,6 @@ def _registration_dir(request, node: str) -> Path | None:
 def advertised_services(registration_dir: Path, driver: str) -> tuple[Path, list[str]] | None:
     """(registration socket, supported_versions) of `driver`'s plugin, as the kubelet's plugin watcher
     reads them (Registration.GetInfo on the newest `<driver>...reg.sock`); None when it has no socket."""
-    import grpc
-
-    from fake_devices.kubeletplugin.generated import pluginregistration_v1_pb2 as registration
-    from fake_devices.kubeletplugin.generated import pluginregistration_v1_pb2_grpc as registration_grpc
-
     sockets = sorted((p for p in registration_dir.glob("*reg.sock") if p.name.startswith(driver)),
                      key=lambda p: p.stat().st_mtime, reverse=True)
     for socket in sockets:
@@ -156,8 +150,6 @@ def test_plugin_health_reaches_allocated_resources_status(request, k8s, dra_name
     reports the health of the claim's device in the container's allocatedResourcesStatus: Healthy for
     a free device without a taint. A plugin that serves no health: not applicable (a failure if the
     vendor file claims ResourceHealthStatus)."""
-    from harness.pytest_plugin.plugin import vendor_driver
-
     ns, pool = dra_namespace, kubelet_pool
     registration_dir = _registration_dir(request, pool.node)
     if registration_dir is None:

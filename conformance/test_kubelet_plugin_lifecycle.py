@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ import pytest
 from conformance import checks, objects, under_test
 from harness.k8s import wait
 from harness.k8s.client import Clients
+from harness.pytest_plugin.plugin import vendor_driver
 
 pytestmark = [pytest.mark.needs_kubelet, pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")]
 
@@ -61,11 +63,7 @@ def _vendor_plugin_on(request, drivers, node: str):
 
 @pytest.fixture
 def plugin_under_test(request, k8s: Clients, dra_cluster) -> PluginUnderTest:
-    from harness.pytest_plugin.plugin import vendor_driver
-
     if vendor_driver(request.config) is None:
-        from functools import partial
-
         real_node = request.getfixturevalue("real_node")
         make = partial(under_test.DevicePool, k8s, request.getfixturevalue("cluster_objects"),
                        request.getfixturevalue("unique_name"))
@@ -146,8 +144,6 @@ def _slices_on(k8s: Clients, node: str, driver: str | None = None) -> dict[str, 
 
 def test_kubelet_wipes_the_slices_of_a_plugin_that_is_gone(request, k8s: Clients, cluster_facts, cluster_objects,
                                                             unique_name, record_property):
-    from harness.pytest_plugin.plugin import vendor_driver
-
     vendor = vendor_driver(request.config)
     if vendor is None:
         pytest.skip("vendor mode: the fake driver's slices come from its control-plane half, not its plugin; its "

@@ -39,12 +39,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import grpc
 import kubernetes
 from kubernetes.client.rest import ApiException
 
 from fake_devices import entrypoint
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.faults import parse_faults
+from fake_devices.kubeletplugin.generated import (
+    dra_health_v1_pb2,
+    dra_health_v1_pb2_grpc,
+    dra_health_v1alpha1_pb2,
+    dra_health_v1alpha1_pb2_grpc,
+)
 from fake_devices.kubeletplugin.health import fault_kinds
 from fake_devices.kubeletplugin.watch import ListWatch
 from fake_devices.schema import DNS_LABEL, DNS_SUBDOMAIN
@@ -152,14 +159,6 @@ class HealthStream:
                     for (pool, device), (status, message) in self._health.items() if status == "UNHEALTHY"}
 
     def _run(self) -> None:
-        import grpc
-
-        from fake_devices.kubeletplugin.generated import (
-            dra_health_v1_pb2,
-            dra_health_v1_pb2_grpc,
-            dra_health_v1alpha1_pb2,
-            dra_health_v1alpha1_pb2_grpc,
-        )
         versions = [(dra_health_v1_pb2, dra_health_v1_pb2_grpc), (dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc)]
         choice = 0
         while not self._stop.is_set():

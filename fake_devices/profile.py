@@ -10,12 +10,21 @@ belongs to the NUMA node that lists it, so the two can never disagree.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fake_devices import mig, yamlfile
+from fake_devices import mig, render, yamlfile
 from fake_devices.errors import InvalidInput, Problem
+from fake_devices.hardware import (
+    Attachment,
+    GpuGroup,
+    IoShare,
+    MigPartition,
+    NicGroup,
+    NumaNode,
+    Profile,
+    StorageGroup,
+)
 from fake_devices.schema import DNS_LABEL, Reader, is_qualified_name, label_problems, quantity_value, read_header
 
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
@@ -39,96 +48,6 @@ GPU_MODELS: dict[str, dict[str, Any]] = {
     "L40S": {"memory": "48Gi", "multiprocessors": 142, "architecture": "Ada", "computeCapability": "8.9"},
     "T4": {"memory": "16Gi", "multiprocessors": 40, "architecture": "Turing", "computeCapability": "7.5"},
 }
-
-
-@dataclass(frozen=True)
-class Attachment:
-    numa_node: int
-    pcie_root: str | None  # None for memory-bus devices (persistent memory)
-
-
-@dataclass(frozen=True)
-class NumaNode:
-    id: int
-    cpus: str
-    memory: str
-    pcie_roots: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class MigPartition:
-    profile: str
-    start: int
-
-
-@dataclass(frozen=True)
-class GpuGroup:
-    model: str
-    count: int
-    memory: str
-    multiprocessors: int
-    architecture: str
-    compute_capability: str
-    attach: tuple[Attachment, ...]
-    interconnect: str | None = None  # e.g. an NVLink/NVSwitch domain shared by the group
-    mig_mode: str = "none"
-    partitions: tuple[MigPartition, ...] = ()
-    prefix: str = "gpu"
-    attributes: dict = field(default_factory=dict)  # extra vendor attributes, already in API form
-
-    def mig_table(self) -> dict[str, mig.MigProfile]:
-        return mig.TABLES.get(self.model, {})
-
-
-@dataclass(frozen=True)
-class StorageGroup:
-    kind: str
-    model: str
-    count: int
-    capacity: str
-    attach: tuple[Attachment, ...]
-    shareable: bool = False
-    request_default: str | None = None
-    request_min: str | None = None
-    request_step: str | None = None
-    prefix: str = ""
-    attributes: dict = field(default_factory=dict)
-    io_share: "IoShare | None" = None
-
-
-@dataclass(frozen=True)
-class IoShare:
-    """A shareable device's I/O bandwidth as a fraction: capacity `ioShare` of 1 (the whole device),
-    claimed in fractional steps (DRAFractionalCapacityRange: milli-unit rounding of min/max/step)."""
-    default: str
-    minimum: str
-    step: str
-    maximum: str | None = None
-
-
-@dataclass(frozen=True)
-class NicGroup:
-    model: str
-    count: int
-    bandwidth: str
-    attach: tuple[Attachment, ...]
-    prefix: str = "nic"
-    attributes: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Profile:
-    name: str
-    description: str
-    source: str
-    numa_nodes: tuple[NumaNode, ...]
-    gpus: tuple[GpuGroup, ...] = ()
-    storage: tuple[StorageGroup, ...] = ()
-    nics: tuple[NicGroup, ...] = ()
-    node_labels: dict[str, str] = field(default_factory=dict)
-
-    def numa(self, node_id: int) -> NumaNode:
-        return next(n for n in self.numa_nodes if n.id == node_id)
 
 
 def builtin_names() -> list[str]:
@@ -174,8 +93,6 @@ def parse(data, source: str) -> Profile:
     if not problems:
         _check_names(profile, problems)
     if not problems:
-        from fake_devices import render  # the limits depend on what a device publishes
-
         problems.extend(render.check_limits(profile))
     if problems:
         raise InvalidInput(problems)

@@ -21,7 +21,7 @@ from typing import Any
 
 from fake_devices import mig
 from fake_devices.errors import Problem
-from fake_devices.profile import Attachment, GpuGroup, NicGroup, Profile, StorageGroup
+from fake_devices.hardware import Attachment, GpuGroup, NicGroup, Profile, StorageGroup
 from fake_devices.schema import DNS_LABEL
 
 STD = "resource.kubernetes.io/"

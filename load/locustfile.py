@@ -13,6 +13,7 @@ how many were not bound and why).
 from __future__ import annotations
 
 import collections
+import csv
 import itertools
 import json
 import os
@@ -26,9 +27,11 @@ from kubernetes.client import CoreV1Api, ResourceV1Api, SchedulingV1beta1Api  # 
 from locust import User, events, task
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
+from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from fake_devices.controller import ignore_missing
 from harness.core import conditions
+from harness.k8s.client import https_get, tls_context
 from load import cluster_ops as ops
 from load import metrics, scenarios, throughput
 
@@ -93,7 +96,6 @@ def _clients(options):
 def _scrape(options) -> dict:
     if not options.scheduler_metrics_url:
         return {}
-    from harness.k8s.client import https_get, tls_context
 
     status, body = https_get(options.scheduler_metrics_url, tls_context(options.kubeconfig), timeout=10)
     return metrics.parse(body) if status == 200 else {}
@@ -257,10 +259,6 @@ def _teardown(environment, **_) -> None:
     if options.csv_prefix:
         # locust rewrites its CSV every few seconds, so a short run's CSV can miss the last requests:
         # write the final numbers once more, with locust's own CSV code.
-        import csv
-
-        from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
-
         stats_csv = StatsCSV(environment, PERCENTILES_TO_REPORT)
         with open(f"{options.csv_prefix}_stats_final.csv", "w", newline="") as handle:
             writer = csv.writer(handle)

@@ -6,6 +6,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from fake_devices import profile as profiles
+from fake_devices import render
+
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"  # the API's two values (deviceplugin/v1beta1/constants.go)
 NUMA_ATTRIBUTE = "resource.kubernetes.io/numaNode"
 MAX_ID_LENGTH = 63  # api.proto: "Max length of this field is 63 characters"
@@ -21,9 +24,6 @@ def gpus_of_profile(profile_name: str, node: str) -> list[Device]:
     """The whole GPUs the profile gives `node`, named as the fake DRA driver names them (gpu-0, ...),
     so the same physical device has the same name on both paths. MIG partitions are not advertised:
     a classic device plugin hands out whole GPUs."""
-    from fake_devices import profile as profiles
-    from fake_devices import render
-
     prof = profiles.load(profile_name)
     drivers = render.Drivers("deviceplugin.invalid")
     devices, _ = render.devices_by_driver(prof, node, drivers).get(drivers.gpu, ([], []))

@@ -15,6 +15,7 @@ stop() removes the sockets; the kubelet then sees the stream end and the devices
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +70,6 @@ class DevicePluginConfig:
         return (Path(self.state_dir) if self.state_dir else self.plugin_socket.parent) / FILE_NAME
 
     def validate(self) -> "DevicePluginConfig":
-        import re
-
         problems = []
         if not re.match(EXTENDED_RESOURCE, self.resource or ""):
             problems.append(Problem("--resource", self.resource, "not an extended resource name",

@@ -11,6 +11,7 @@ __all__ = ["KubeletPlugin", "PluginConfig", "PluginError"]
 
 
 def __getattr__(name: str):
+    # lazy (see above): generate.py must import this package when generated/ is missing or stale
     if name == "PluginConfig":
         from fake_devices.kubeletplugin.config import PluginConfig
 

@@ -59,8 +59,9 @@ def generate(out_dir: Path) -> dict[str, str]:
         raise GenerateError(f"grpcio-tools {version} is installed, but the stubs are pinned to "
                             f"{GRPCIO_TOOLS_VERSION} (its protoc decides the output); "
                             f"run: pip install grpcio-tools=={GRPCIO_TOOLS_VERSION}")
+    # lazy: grpcio-tools is a dev dependency (only this script needs it); checked above with a clear error
     import grpc_tools
-    from grpc_tools import protoc  # imported late: only this script needs grpcio-tools
+    from grpc_tools import protoc
 
     include = Path(grpc_tools.__file__).parent / "_proto"
     protos = [p.name for p in proto_files()]

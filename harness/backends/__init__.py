@@ -2,7 +2,8 @@
 is the embedded default; `kind` runs real kubelets in Docker; `existing` uses a cluster the user owns.
 
 Callers never switch on a backend's name: they call `get(name)` and use the `Backend` interface
-(harness.backends.base). A backend's module is imported only when it is chosen. `attach(kubeconfig)`
+(harness.backends.base). A backend's module is imported only when it is chosen (`local.state`, the local
+clusters' records, is small and imported here). `attach(kubeconfig)`
 gives the record of a cluster the user names by kubeconfig (used by `run` and the pytest session)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from harness.backends.base import Backend, ClusterInfo
 from harness.backends.common import kubeconfig_endpoint
+from harness.backends.local import state
 from harness.core.errors import ConfigError, Problem
 from harness.core.progress import Reporter
 
@@ -49,8 +51,6 @@ def attach(kubeconfig: str, where: str = "--kubeconfig") -> ClusterInfo:
 
 
 def _local_cluster(kubeconfig: Path) -> ClusterInfo | None:
-    from harness.backends.local import state
-
     try:
         found = state.find_by_kubeconfig(kubeconfig)
         return get("local").info(found.name) if found is not None else None

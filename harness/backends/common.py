@@ -1,15 +1,17 @@
 """What several backends share: cluster names, the kubeconfig's endpoint, kubectl, API readiness,
-and keeping or removing what a failed `up` made."""
+the gates a kube-apiserver knows, and keeping or removing what a failed `up` made."""
 
 from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from harness import binaries
+from harness.config import featuregates
 from harness.core.errors import BinariesError, ConfigError, Problem
 from harness.core.progress import Reporter
 from harness.k8s.client import Clients, read_kubeconfig
@@ -70,3 +72,14 @@ def kept_or_removed_on_failure(reporter: Reporter, keep: bool, *, keep_it: Calla
             with reporter.step("cleaning up after the failed start"):
                 remove_it()
         raise
+
+
+def known_gates(binset: binaries.BinarySet) -> set[str]:
+    """The gate names the installed kube-apiserver accepts, from its own --help (the local backend runs
+    it; kind checks its gates against the same minor)."""
+    try:
+        out = subprocess.run([str(binset.path("kube-apiserver")), "--help"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return featuregates.parse_known_gates(out)

@@ -20,7 +20,9 @@ import os
 import shutil
 from pathlib import Path
 
+import kubernetes
 import yaml
+from kubernetes.client.rest import ApiException
 
 from harness.backends import manifests
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
@@ -36,6 +38,7 @@ from harness.core import paths
 from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, Problem
 from harness.core.files import write_atomic
 from harness.core.progress import Reporter
+from harness.k8s.client import Clients
 
 STATE_FILE = "state.yaml"
 ROLLOUT_TIMEOUT = 300.0
@@ -149,8 +152,6 @@ class ExistingBackend(Backend):
         self.reporter.info(f"{pools} device pools (node x driver) published")
 
     def _clients(self, kubeconfig: Path):
-        from harness.k8s.client import Clients
-
         clients = Clients(kubeconfig)
         try:
             clients.version.get_code()
@@ -163,8 +164,6 @@ class ExistingBackend(Backend):
 
     def _check_cluster(self, clients, name: str) -> str:
         """Refuse to deploy over a fake driver someone else installed; return the namespace's state."""
-        from kubernetes.client.rest import ApiException
-
         try:
             role = clients.rbac.read_cluster_role("dra-harness-fake-devices-controller")
         except ApiException as err:
@@ -229,10 +228,6 @@ class ExistingBackend(Backend):
                                                               "namespaceOwned", "definition")})
 
     def _components(self, kubeconfig: Path) -> list[ComponentStatus]:
-        import kubernetes
-
-        from harness.k8s.client import Clients
-
         clients = Clients(kubeconfig)
         try:
             apps = kubernetes.client.AppsV1Api(clients.api_client)

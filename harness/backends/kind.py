@@ -24,6 +24,7 @@ check the exact command sequence without Docker. State lives in `<state>/kind/<n
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 import re
 import shutil
@@ -33,18 +34,23 @@ from pathlib import Path
 
 import yaml
 
+from fake_devices.config import PROFILE_LABEL
+from harness import binaries
 from harness.backends import manifests
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
 from harness.backends.commands import Runner, Step, action, command, run_quiet
 from harness.backends.common import api_ready as _api_ready
-from harness.backends.common import find_kubectl, kubeconfig_endpoint, validate_name
+from harness.backends.common import find_kubectl, known_gates, kubeconfig_endpoint, validate_name
+from harness.backends.kindhost import docker, driverbase, nodeimage
 from harness.backends.kindhost.docker import Engine, Facts
 from harness.config import featuregates
 from harness.config.cluster import ClusterDefinition
+from harness.config.vendor import KNOWN_FEATURES
 from harness.core import paths
-from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, Problem
+from harness.core.errors import BinariesError, ClusterNotFound, ConfigError, HarnessError, Problem
 from harness.core.files import write_atomic
 from harness.core.progress import Reporter
+from harness.k8s.client import Clients
 
 KIND_MIN_VERSION = (0, 33, 0)
 DOCKER_MIN_VERSION = (28, 0)  # `docker save --platform` needs Docker Engine 28 (API 1.48)
@@ -117,8 +123,6 @@ class Plan:
 
 def worker_specs(definition: ClusterDefinition | None, nodes: int) -> list[tuple[str, dict[str, str]]]:
     """(pool, labels) of every worker, in order: one per node of each pool of the definition."""
-    from fake_devices.config import PROFILE_LABEL
-
     if definition is None:
         return [("default", {POOL_LABEL: "default"}) for _ in range(nodes)]
     workers = []
@@ -146,8 +150,6 @@ def kind_config(name: str, workers: list[tuple[str, dict[str, str]]], features: 
         config["runtimeConfig"] = {gv: str(on).lower() for gv, on in sorted(features.runtime_config.items())}
     config["containerdConfigPatches"] = list(CONTAINERD_CDI_PATCHES)
     if node_image.startswith(OFFLINE_IMAGE_REPOSITORY + ":"):
-        from harness.backends.kindhost import nodeimage
-
         # What that image needs (cgroup v1 allowed, no CoreDNS) and cannot do (no kindnetd image).
         config["networking"] = {"disableDefaultCNI": True}
         config["kubeadmConfigPatches"] = nodeimage.kind_config_patches()
@@ -222,8 +224,6 @@ def vendor_driver(slices: list[dict], classes: dict[str, str | None], node_image
     `slices`: the published ResourceSlices; `classes`: DeviceClass name -> its extendedResourceName,
     from the applied manifests; `node_images`: node -> the image names its kubelet reports;
     `profiled_nodes`: the nodes with a profile label."""
-    from fake_devices.config import PROFILE_LABEL
-
     suffix = "." + manifests.DOMAIN
     drivers: set[str] = set()
     types: set[str] = set()
@@ -259,8 +259,6 @@ def vendor_driver(slices: list[dict], classes: dict[str, str | None], node_image
 
 def vendor_features() -> tuple[str, ...]:
     """The fake driver is the suite's reference driver: it claims every feature the suite has tests for."""
-    from harness.config.vendor import KNOWN_FEATURES
-
     return tuple(KNOWN_FEATURES)
 
 
@@ -365,8 +363,6 @@ class KindBackend(Backend):
     def _machine_preflight(self, name: str | None = None) -> Tools:
         """The machine's engine as it is; or, where there is none and the harness can provide one
         (harness.backends.kindhost.docker), its own dockerd, registered for cluster `name`."""
-        from harness.backends.kindhost import docker
-
         if name is None:  # a look (status): our dockerd if it runs, else the machine's engine
             engine = docker.running()
             return preflight(env=engine.environ()) if engine else preflight()
@@ -384,8 +380,6 @@ class KindBackend(Backend):
 
     def _release(self, name: str) -> None:
         if self._own_engine.pop(name, None) is not None:
-            from harness.backends.kindhost import docker
-
             for problem in docker.release(name, self.reporter):
                 self.reporter.info(f"could not restore {problem}")
 
@@ -395,10 +389,6 @@ class KindBackend(Backend):
     def _offline_node_image(self, name: str, options: KindUpOptions) -> KindUpOptions:
         """With the harness's own engine and kind's default node image, which that engine does not have:
         the locally built offline node image instead (kindhost.nodeimage)."""
-        import dataclasses
-
-        from harness.backends.kindhost import nodeimage
-
         own = self._own_engine.get(name)
         if own is None or options.node_image != NODE_IMAGE:
             return options
@@ -412,10 +402,6 @@ class KindBackend(Backend):
     def _offline_driver_base(self, options: KindUpOptions, tools: Tools) -> KindUpOptions:
         """When the driver image is built and the engine can neither find nor pull deploy/Dockerfile's
         base (no registry): a base built from Debian's packages and pip (kindhost.driverbase)."""
-        import dataclasses
-
-        from harness.backends.kindhost import driverbase
-
         if options.driver_image or options.driver_base or self._preflight != self._machine_preflight:
             return options  # a given image is loaded, not built; the tests' tools are not probed
         base = driverbase.dockerfile_base((manifests.deploy_dir() / "Dockerfile").read_text())
@@ -515,9 +501,6 @@ class KindBackend(Backend):
     def write_vendor_file(self, name: str) -> Path:
         """`<state>/kind/<name>/vendor-driver.yaml`: the deployed fake driver as the cluster shows it
         (published slices, applied classes, the nodes' images), for the suite's vendor mode."""
-        from fake_devices.config import PROFILE_LABEL
-        from harness.k8s.client import Clients
-
         self._load(name)
         directory = state_dir(name)
         clients = Clients(directory / "kubeconfig")
@@ -572,8 +555,6 @@ class KindBackend(Backend):
         manifests.write_kustomization(plan.deployment, plan.directory / "deploy")
 
     def _wait(self, plan: Plan, what: str) -> None:
-        from harness.k8s.client import Clients
-
         clients = Clients(plan.directory / "kubeconfig")
         try:
             if what == "nodes":
@@ -681,10 +662,6 @@ def _known_gates(kubernetes_version: str) -> set[str] | None:
     """Gate names from the harness's own kube-apiserver of that version, if installed (kind's node
     image runs the same minor). None when it is not: unknown names then surface when kind starts the
     components (dependencies and locked gates are still checked against the matrix first)."""
-    from harness import binaries
-    from harness.backends.local.backend import known_gates
-    from harness.core.errors import BinariesError
-
     try:
         binset = binaries.locate(binaries.Versions(kubernetes=kubernetes_version))
     except BinariesError:

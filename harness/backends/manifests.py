@@ -19,13 +19,19 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import kubernetes
 import yaml
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 import harness
 from fake_devices import profile as profiles
 from fake_devices import render
 from fake_devices.config import DEVICE_TYPES, PROFILE_LABEL
+from harness.backends.commands import command
 from harness.core.errors import ConfigError, HarnessError, Problem
+from harness.k8s.nodes import is_ready
+from harness.k8s.wait import describe_namespace, until
 
 NAMESPACE = "dra-harness-system"
 INSTANCE = "fake"
@@ -216,8 +222,6 @@ def write_kustomization(deployment: Deployment, directory: Path) -> Path:
 
 def delete_steps(kubectl: str, kubeconfig: Path, deployed_by: str, namespace_owned: bool) -> list:
     """`kubectl delete` of everything labelled deployed-by=<cluster>, in a safe order (as Steps)."""
-    from harness.backends.commands import command
-
     base = [kubectl, f"--kubeconfig={kubeconfig}", "delete"]
     selector = f"--selector={DEPLOYED_BY_LABEL}={deployed_by}"
     slices = f"--selector={INSTANCE_LABEL}={INSTANCE},app.kubernetes.io/managed-by={render.MANAGED_BY}"
@@ -245,8 +249,6 @@ def _unreachable_is_not_yet(check):
     """A poll of a cluster whose apiserver may restart while we wait (kind's static pods on a loaded
     machine are restarted by their liveness probes): a dropped connection means "not yet", and the
     wait's deadline still bounds it."""
-    from urllib3.exceptions import HTTPError
-
     def polled():
         try:
             return check()
@@ -257,8 +259,6 @@ def _unreachable_is_not_yet(check):
 
 
 def _described(clients) -> str:
-    from harness.k8s.wait import describe_namespace
-
     try:
         return describe_namespace(clients, NAMESPACE)
     except Exception as err:  # diagnostics of a failed wait never replace its error
@@ -267,8 +267,6 @@ def _described(clients) -> str:
 
 def wait_rollout(clients, timeout: float) -> None:
     """The controller Deployment is available and every plugin pod the DaemonSet wants is ready."""
-    from harness.k8s.wait import until
-
     apps = _apps(clients)
 
     def ready() -> bool:
@@ -323,8 +321,6 @@ def complete_pools(slices) -> set[tuple[str, str]]:
 def wait_published(clients, served: set[str], timeout: float) -> int:
     """Every node labelled with a served profile has all its ResourceSlices published. Returns the
     number of pools (node x driver) found complete."""
-    from harness.k8s.wait import until
-
     state: dict = {}
 
     def published() -> bool:
@@ -346,9 +342,6 @@ def wait_published(clients, served: set[str], timeout: float) -> int:
 
 
 def wait_nodes_ready(clients, names: set[str], timeout: float) -> None:
-    from harness.k8s.nodes import is_ready
-    from harness.k8s.wait import until
-
     state: dict = {}
 
     def ready() -> bool:
@@ -361,15 +354,11 @@ def wait_nodes_ready(clients, names: set[str], timeout: float) -> None:
 
 
 def _apps(clients):
-    import kubernetes
-
     return kubernetes.client.AppsV1Api(clients.api_client)
 
 
 def namespace_state(clients) -> str:
     """'absent', 'ours' (created by some dra-harness up) or 'foreign' (someone else's)."""
-    from kubernetes.client.rest import ApiException
-
     try:
         namespace = clients.core.read_namespace(NAMESPACE)
     except ApiException as err:
@@ -381,9 +370,6 @@ def namespace_state(clients) -> str:
 
 def leftovers(clients, deployed_by: str) -> list[str]:
     """Objects still labelled deployed-by=<cluster> (after `down`), as 'Kind name' strings."""
-    import kubernetes
-    from kubernetes.client.rest import ApiException
-
     selector = f"{DEPLOYED_BY_LABEL}={deployed_by}"
     api = clients.api_client
     found = []

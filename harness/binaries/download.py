@@ -20,7 +20,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from harness.binaries import GROUPS, Versions, host_platform, manifest
+from harness.binaries import gobuild, manifest
+from harness.binaries.versions import GROUPS, Versions, host_platform
 from harness.core.errors import BinariesError
 from harness.core.progress import Reporter
 
@@ -87,8 +88,6 @@ def _etcd(version: str, staging: Path, reporter: Reporter) -> None:
 
 
 def _kwok(versions: Versions, staging: Path, target: Path, reporter: Reporter) -> None:
-    from harness.binaries import gobuild
-
     if gobuild.go_available():
         gobuild.provide("kwok", versions, target, reporter)
         return

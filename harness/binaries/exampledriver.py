@@ -11,12 +11,13 @@ packages (about 2 minutes on two cores), with progress.
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-from harness.binaries import cache_error, host_platform, manifest, require_writable
+from harness.binaries import cache_error, gobuild, host_platform, manifest, require_writable
 from harness.core import paths
-from harness.core.errors import BinariesError
+from harness.core.errors import BinariesError, HarnessError
 from harness.core.progress import Reporter
 
 MODULE = "sigs.k8s.io/dra-example-driver"
@@ -41,8 +42,6 @@ def locate(version: str = VERSION) -> Path | None:
 
 def ensure(reporter: Reporter | None = None, version: str = VERSION) -> Path:
     """The cached binary, built first if it is missing or fails verification."""
-    from harness.binaries import gobuild
-
     reporter = reporter or Reporter(quiet=True)
     target = cache_dir(version)
     if locate(version) is not None:
@@ -80,10 +79,6 @@ def ensure(reporter: Reporter | None = None, version: str = VERSION) -> Path:
 def main() -> int:
     """`python -m harness.binaries.exampledriver` (make example-driver): build it now, or verify the cached
     binary (only this one file, so a second `make` takes well under a second)."""
-    import sys
-
-    from harness.core.errors import HarnessError
-
     try:
         print(ensure(Reporter()))
     except HarnessError as err:

@@ -18,7 +18,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness.binaries import GROUPS, Versions, manifest
+from harness.binaries import manifest
+from harness.binaries.versions import GROUPS, Versions
 from harness.core import paths
 from harness.core.errors import BinariesError
 from harness.core.progress import Reporter

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.binaries import cache_error, host_platform, manifest
+from harness.backends.local.realnode import images
+from harness.binaries import cache_error, gobuild, host_platform, manifest
 from harness.core import paths
 from harness.core.errors import BinariesError
 from harness.core.progress import Reporter
@@ -65,23 +66,18 @@ def find_cni_dir() -> Path | None:
 
 def host_tools_missing() -> list[str]:
     """What the machine must provide (not built here), each with how to get it; empty when complete."""
-    from harness.backends.local.realnode.images import find_busybox
-
     missing = []
     if find_runc() is None:
         missing.append("runc (the OCI runtime containerd starts containers with)")
     if find_cni_dir() is None:
         missing.append(f"CNI plugins {', '.join(CNI_PLUGINS)} (in one of {', '.join(CNI_DIR_CANDIDATES)})")
-    if find_busybox() is None:
+    if images.find_busybox() is None:
         missing.append("a statically linked busybox (the test image's shell)")
     return missing
 
 
 def ensure(reporter: Reporter | None = None, version: str = CONTAINERD_VERSION) -> NodeRuntime:
     """Build (once) and return the node runtime; host tools must already be installed."""
-    from harness.backends.local.realnode import images
-    from harness.binaries import gobuild
-
     reporter = reporter or Reporter(quiet=True)
     missing = host_tools_missing()
     if missing:

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -119,8 +120,6 @@ def _tail(log: Path, lines: int = 15) -> str:
 def main() -> int:
     """`python -m harness.binaries.wirecompat`: build the client now (make test does, before the tests run, so
     a cold build does not compete with timing-sensitive tests for the two cores)."""
-    import sys
-
     if shutil.which("go") is None:
         print("wire-compatibility client not built: `go` is not on PATH (its tests will be skipped)", file=sys.stderr)
         return 0

@@ -15,6 +15,7 @@ from harness.core import conditions
 from harness.core.errors import ConfigError, HarnessError, Problem
 from harness.core.progress import Reporter
 from harness.jobs import report, upstream_perf
+from load import scenarios
 
 
 def add_parser(commands) -> None:
@@ -83,8 +84,7 @@ def run(args, reporter: Reporter, out) -> int:
 
 
 def _ours(spec: upstream_perf.Workload, report_dir: Path, reporter: Reporter) -> dict:
-    from harness.jobs import load_runner
-    from load import scenarios
+    from harness.jobs import load_runner  # lazy: only `bench upstream --ab` runs our scenario (see cli.main)
 
     assert spec.ours is not None
     params = scenarios.LoadParams(**spec.ours, time_limit=1800)

@@ -11,12 +11,26 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from harness import __version__, backends, binaries
 from harness.backends.base import Backend, ClusterSpec
+from harness.backends.local import state
+from harness.binaries import exampledriver
+from harness.cli import bench as bench_cli
+from harness.cli import profiles as profiles_cli
+from harness.config import cluster as cluster_config
 from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, InvalidInput, Problem
+from harness.core.nodelayout import records
 from harness.core.progress import Reporter
+from load import scenarios
+
+# A subcommand's implementation is imported when that subcommand runs (marked "lazy: subcommand" below):
+# `jobs.runner`, `jobs.load_runner`, `migration.command`, `kindhost`, `local.vendor_plugin` and
+# `binaries.noderuntime` load the fake driver's gRPC stubs, the local backend's real nodes and more (about
+# 0.25 s of CPU together), which `--help`, `cluster up` and every other command would pay for nothing.
 
 
 def _add_version_flags(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +71,23 @@ def _add_suite_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--binaries-dir", type=Path, default=None)
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     _add_version_flags(parser)
+
+
+def _add_migration_parser(commands) -> None:
+    """`migration rehearse` (harness.migration.command)."""
+    migration = commands.add_parser("migration", help="rehearse a device-plugin -> DRA migration (docs/migration.md)")
+    actions = migration.add_subparsers(dest="action", required=True, metavar="ACTION")
+    rehearse = actions.add_parser("rehearse", help="legacy cluster, node-by-node migration under a pod stream, "
+                                                   "per-phase report, stop")
+    rehearse.add_argument("--config", default="migration",
+                          help="cluster definition of the target state (file or name in clusters/; default: migration)")
+    rehearse.add_argument("--name", default=None, help="cluster name (default: a fresh one)")
+    rehearse.add_argument("--pods-per-phase", type=int, default=4, help="workload pods to run per phase (default: 4)")
+    rehearse.add_argument("--in-flight", type=int, default=None,
+                          help="workload pods alive at once (default: as many as fit while the largest node migrates)")
+    rehearse.add_argument("--pod-timeout", type=float, default=90.0, help="seconds a pod may take to run (default: 90)")
+    rehearse.add_argument("--report-dir", type=Path, default=Path("reports"))
+    rehearse.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,15 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     kind_sub.add_parser("build-node-image",
                         help="build (or find cached) an offline kind node image for Kubernetes v1.37.2")
 
-    from harness.cli import bench as bench_cli
-
     bench_cli.add_parser(commands)
 
     run = commands.add_parser("run", help="main job: cluster + fake devices, conformance suite, report, stop")
     _add_suite_flags(run)
-    from harness.migration import command as migration
 
-    migration.add_parser(commands)  # `migration rehearse`
+    _add_migration_parser(commands)
     return parser
 
 
@@ -243,7 +271,7 @@ def run(argv: list[str], out=sys.stdout) -> int:
 
 
 def _kind(args, reporter: Reporter, out) -> int:
-    from harness.backends.kindhost import docker, nodeimage
+    from harness.backends.kindhost import docker, nodeimage  # lazy: subcommand
 
     facts = docker.detect()
     decision = docker.decide(facts)
@@ -263,18 +291,14 @@ def _kind(args, reporter: Reporter, out) -> int:
 
 
 def _dispatch(args, reporter: Reporter, out) -> int:
-    from harness.jobs import runner
-
     if args.command == "binaries":
         if args.action == "install":
             binset = binaries.ensure(_versions(args), source=args.source, reporter=reporter, force=args.force)
             if args.node_runtime:
-                from harness.binaries import noderuntime
+                from harness.binaries import noderuntime  # lazy: subcommand (builds real-node images)
 
                 print(noderuntime.ensure(reporter).directory, file=out)
             if args.example_driver:
-                from harness.binaries import exampledriver
-
                 print(exampledriver.ensure(reporter), file=out)
         else:
             binset = binaries.locate(_versions(args))
@@ -282,6 +306,8 @@ def _dispatch(args, reporter: Reporter, out) -> int:
         return 0
 
     if args.command in ("run", "conformance"):
+        from harness.jobs import runner  # lazy: subcommand
+
         options = runner.ConformanceOptions(
             backend=args.backend, kubeconfig=args.kubeconfig, name=args.name,
             nodes=args.nodes, preset=args.preset, feature_gates=args.feature_gates, definition=args.config,
@@ -295,19 +321,13 @@ def _dispatch(args, reporter: Reporter, out) -> int:
     if args.command == "kind":
         return _kind(args, reporter, out)
     if args.command == "bench":
-        from harness.cli import bench as bench_cli
-
         return bench_cli.run(args, reporter, out)
     if args.command == "profiles":
-        from harness.cli import profiles as profiles_cli
-
         return profiles_cli.run(args, out)
     if args.command == "fault":
-        from harness.cli import profiles as profiles_cli
-
         return profiles_cli.fault(args, out)
     if args.command == "migration":
-        from harness.migration import command as migration
+        from harness.migration import command as migration  # lazy: subcommand
 
         return migration.run(args, reporter, out)
 
@@ -363,8 +383,6 @@ def _dispatch(args, reporter: Reporter, out) -> int:
 
 def _validate_definitions(args, out) -> int:
     """`cluster validate`: every problem of every definition, as `cluster up --config` would refuse them."""
-    from harness.config import cluster as cluster_config
-
     problems: list[Problem] = []
     for name in args.definitions:
         try:
@@ -380,9 +398,6 @@ def _validate_definitions(args, out) -> int:
 def _node_paths(args, out) -> int:
     """`cluster node-paths`: where a vendor's kubelet plugin must put its sockets and CDI specs on a
     local cluster's real node(s); the same values the harness fills into spec.kubeletPlugin."""
-    from harness.backends.local import state, vendor_plugin
-    from harness.backends.local.realnode.layout import records
-
     cluster = state.load(state.validate_name(args.name))
     nodes = records(cluster.data)
     if not nodes:
@@ -394,6 +409,8 @@ def _node_paths(args, out) -> int:
             raise ConfigError([Problem("--node", args.node, f"not a real node of cluster {args.name!r}",
                                        ", ".join(n.name for n in nodes))])
         nodes = chosen
+    from harness.backends.local import vendor_plugin  # lazy: subcommand
+
     rows = [vendor_plugin.node_paths(cluster, node) for node in nodes]
     if args.json:
         print(json.dumps(rows, indent=2), file=out)
@@ -418,8 +435,7 @@ def _int_list(text: str, flag: str) -> list[int]:
 
 
 def _load(args, reporter: Reporter, out) -> int:
-    from harness.jobs import load_runner
-    from load import scenarios
+    from harness.jobs import load_runner  # lazy: subcommand
 
     if args.action == "run":
         params = scenarios.LoadParams(args.scenario, args.nodes, args.pending, args.events,
@@ -444,8 +460,6 @@ def _load(args, reporter: Reporter, out) -> int:
 
 def _up_spec(args, backend: Backend) -> ClusterSpec:
     """The ClusterSpec of `cluster up`; a flag the chosen backend does not use is an error."""
-    from harness.config import cluster as cluster_config
-
     parser_defaults = {"nodes": None, "real_nodes": 0, "source": "auto", "no_deploy": False}
     problems = []
     for flag in sorted({flag for name in backends.BACKENDS for flag in backends.backend_class(name).spec_flags}):
@@ -470,9 +484,6 @@ def _up_spec(args, backend: Backend) -> ClusterSpec:
 
 
 def _print_status(status, out) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"cluster {status.name} ({status.backend}): {status.health}")
     for column in ("component", "pid", "state", "log"):
         table.add_column(column)
@@ -484,9 +495,6 @@ def _print_status(status, out) -> None:
 
 
 def _print_list(rows: list[dict], out) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table()
     for column in ("name", "backend", "health", "kubeconfig"):
         table.add_column(column)

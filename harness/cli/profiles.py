@@ -5,18 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from kubernetes.client.rest import ApiException
+from rich.console import Console
+from rich.table import Table
 
 from fake_devices import config as driver_config
 from fake_devices import faults, profile, render, yamlfile
+from fake_devices.controller import INSTANCE_LABEL
 from fake_devices.errors import InvalidInput, Problem
-from fake_devices.schema import DNS_SUBDOMAIN
+from fake_devices.schema import DNS_LABEL, DNS_SUBDOMAIN
+from harness.backends.local import state
+from harness.config import cluster as cluster_config
+from harness.k8s.client import connect
 
 
 def run(args, out) -> int:
     if args.action == "list":
-        from rich.console import Console
-        from rich.table import Table
-
         table = Table()
         for column in ("profile", "devices", "description"):
             table.add_column(column)
@@ -98,8 +102,6 @@ def device_list(names: list[str], limit: int = 24) -> str:
 
 def _validate(files: list[str], out) -> int:
     """Check each file (profile or cluster definition, by its kind); report all problems of all files."""
-    from harness.config import cluster as cluster_config
-
     problems: list[Problem] = []
     for name in files:
         try:
@@ -118,8 +120,6 @@ def _validate(files: list[str], out) -> int:
 
 
 def _check_fault_args(args) -> None:
-    from fake_devices.schema import DNS_LABEL, DNS_SUBDOMAIN
-
     names = {"--namespace": (args.namespace, DNS_LABEL, "a namespace name (DNS label)"),
              "--instance": (args.instance, DNS_LABEL, "a fake-driver instance name (DNS label)")}
     if args.action != "list":
@@ -134,14 +134,10 @@ def _check_fault_args(args) -> None:
 
 
 def fault(args, out) -> int:
-    from harness.k8s.client import connect
-
     _check_fault_args(args)  # input first, then the cluster
     if args.kubeconfig:
         kubeconfig, where = Path(args.kubeconfig), "--kubeconfig"
     else:
-        from harness.backends.local import state
-
         kubeconfig, where = state.load(state.validate_name(args.name)).kubeconfig, f"cluster {args.name!r}"
     clients = connect(kubeconfig, where)  # a checked kubeconfig and an API server that answers
     configmap = f"{args.instance}-faults"
@@ -168,10 +164,6 @@ def fault(args, out) -> int:
 def _check_device(clients, args, configmap: str) -> None:
     """Refuse a fault for a node or device the instance does not publish (a typo would be ignored by the
     driver); a device already faulted (a lost one is missing from the slices) can always be changed."""
-    from kubernetes.client.rest import ApiException
-
-    from fake_devices.controller import INSTANCE_LABEL
-
     slices = clients.resource.list_resource_slice(label_selector=f"{INSTANCE_LABEL}={args.instance}").items
     devices: dict[str, list[str]] = {}
     for item in slices:

@@ -18,11 +18,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clusters import DIRECTORY
 from fake_devices import profile as profiles
 from fake_devices import yamlfile
 from fake_devices.config import DEVICE_TYPES
 from fake_devices.errors import InvalidInput, Problem
+from fake_devices.kubeletplugin.config import MAX_SOCKET_PATH
+from fake_devices.render import Drivers
 from fake_devices.schema import DNS_LABEL, DNS_SUBDOMAIN, Reader, label_problems, read_header
+from harness.config import featuregates
+from harness.core.errors import ConfigError
+from harness.core.nodelayout import NodeDirs, node_root
 
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
 KIND = "Cluster"
@@ -75,8 +81,6 @@ class ClusterDefinition:
 
 def resolve_path(name_or_path: str) -> Path:
     """A file path, or the name of a definition shipped in clusters/ (e.g. `mixed`)."""
-    from clusters import DIRECTORY
-
     candidate = Path(name_or_path)
     if candidate.is_file():
         return candidate
@@ -87,8 +91,6 @@ def resolve_path(name_or_path: str) -> Path:
 def load(name_or_path: str) -> ClusterDefinition:
     path = resolve_path(name_or_path)
     if not path.exists():
-        from clusters import DIRECTORY
-
         shipped = sorted(p.stem for p in DIRECTORY.glob("*.yaml"))
         raise InvalidInput([Problem(str(name_or_path), "(file)", "no such cluster definition file or shipped name",
                                     ", ".join(shipped) + ", or a path to a Cluster file")])
@@ -195,10 +197,6 @@ def parse(data, source: str) -> ClusterDefinition:
 def _check_plugin_sockets(drv: Reader, domain: str) -> None:
     """A real node with a profile runs the kubelet plugins, whose sockets are named after the drivers
     (<node dir>/kubelet/plugins_registry/<driver>-reg.sock); a unix socket path has at most 107 bytes."""
-    from fake_devices.kubeletplugin.config import MAX_SOCKET_PATH
-    from fake_devices.render import Drivers
-    from harness.backends.local.realnode.layout import NodeDirs, node_root
-
     dirs = NodeDirs(node_root() / ("0" * 8))  # node directories are <root>/<8 hex digits>
     sockets = [str(p) for driver in Drivers(domain).all()
                for p in (dirs.plugins_registry / f"{driver}-reg.sock", dirs.plugins / driver / "dra.sock")]
@@ -219,9 +217,6 @@ _FEATURE_FIELDS = {"--preset": "spec.preset", "--feature-gates": "spec.featureGa
 def validate(name_or_path: str, kubernetes_version: str) -> ClusterDefinition:
     """Everything `cluster up --config` checks about a definition before it builds or starts anything:
     the file itself, its profiles, and its preset and gates against the Kubernetes version's matrix."""
-    from harness.config import featuregates
-    from harness.core.errors import ConfigError
-
     definition = load(name_or_path)
     matrix = featuregates.load_matrix(kubernetes_version)
     try:

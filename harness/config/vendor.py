@@ -31,15 +31,21 @@ started.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kubernetes.client.rest import ApiException
+
 from fake_devices import yamlfile
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.schema import DNS_SUBDOMAIN, Reader, read_header
+from harness.binaries import host_platform
+from harness.core import paths
 
 KIND = "VendorDriver"
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
@@ -140,9 +146,6 @@ def placeholder_problems(template: str, allowed) -> list[str]:
 
 
 def command_values() -> dict[str, str]:
-    from harness.binaries import host_platform
-    from harness.core import paths
-
     os_name, arch = host_platform()
     return {"binaryCache": str(paths.cache_root() / "binaries"), "platform": f"{os_name}-{arch}"}
 
@@ -223,8 +226,6 @@ def load(path: str) -> VendorDriver:
 def _executable_problem(command: str, base: Path) -> tuple[str, str] | None:
     """(what is wrong, the path looked at) when `command` (placeholders filled in) names no executable
     file: a path (absolute, or relative to the vendor file) or a name on PATH."""
-    import shutil
-
     if "/" not in command:
         return None if shutil.which(command) else ("is not on PATH", os.environ.get("PATH", ""))
     resolved = Path(command).expanduser()
@@ -387,8 +388,6 @@ def check_against_cluster(vendor: VendorDriver, k8s, *, manifests_installed: boo
     a node selector that matches no node, a test image missing on a kubelet node where the drivers
     publish devices. Before the run has created spec.manifests, each must not exist yet (the run never
     touches an object it did not create) and must pass the API server's dry run."""
-    from kubernetes.client.rest import ApiException
-
     problems: list[Problem] = []
     source = vendor.source or "vendor file"
     classes = {c.metadata.name: c for c in k8s.resource.list_device_class().items}
@@ -452,8 +451,6 @@ def check_against_cluster(vendor: VendorDriver, k8s, *, manifests_installed: boo
 
 
 def _api_message(err) -> str:
-    import json
-
     try:
         return str(json.loads(err.body).get("message") or err.reason)[:500]
     except (TypeError, ValueError):

@@ -13,6 +13,7 @@ count, a run-time bound and an event budget; `--web` serves its UI on 127.0.0.1 
 from __future__ import annotations
 
 import csv
+import html
 import json
 import os
 import secrets
@@ -25,11 +26,16 @@ from pathlib import Path
 
 import yaml
 
+from fake_devices.config import PROFILE_LABEL
 from harness import backends
 from harness.backends.base import ClusterSpec
+from harness.config import cluster as cluster_config
+from harness.core import conditions
 from harness.core.errors import ConfigError, HarnessError, InvalidInput, Problem
 from harness.core.progress import Reporter
 from harness.jobs import load_guest, report
+from harness.k8s import wait
+from harness.k8s.client import Clients, check_reachable, read_kubeconfig
 from load import scenarios
 from load.scenarios import PROFILE_NAME, USER_CLASSES, Placement
 
@@ -46,8 +52,6 @@ def _profile_yaml(devices_per_node: int, name: str = PROFILE_NAME) -> str:
 
 
 def _definition(params: scenarios.LoadParams, work: Path):
-    from harness.config import cluster as cluster_config
-
     profile_file = work / f"{PROFILE_NAME}.yaml"
     profile_file.write_text(_profile_yaml(params.devices_per_node))
     return cluster_config.parse({
@@ -99,8 +103,6 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = 
     """One scenario on one fresh cluster, or as a guest on a given one (`--backend existing`); returns
     the summary also written to load-report.json. `hints`: SchedulerPreQueueingHints of the cluster
     the run starts (None: on); a given cluster keeps its own."""
-    from harness.k8s.client import Clients
-
     backend_class = backends.backend_class(backend_name)
     given = gives_cluster(backend_class)
     problems = check_run_flags(backend_name, workers=workers, hints=hints, keep_cluster=keep_cluster)
@@ -185,8 +187,6 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = 
 def _check_given_cluster(backend_name: str, kubeconfig: str | None) -> Path:
     """A load run on a cluster the user gives: its kubeconfig is checked before anything is created
     (missing, unusable or unreachable: a located ConfigError); returns its path."""
-    from harness.k8s.client import Clients, check_reachable, read_kubeconfig
-
     raw = kubeconfig or os.environ.get("KUBECONFIG")
     where = "--kubeconfig" if kubeconfig else "$KUBECONFIG"
     if not raw:
@@ -223,8 +223,6 @@ def failure_reasons(params: scenarios.LoadParams, result: dict, failures: int | 
 
 def result_lines(summary: dict) -> list[str]:
     """The run's outcome in a few lines, for the console and the HTML report."""
-    from harness.core import conditions
-
     lines = []
     burst = summary.get("throughput")
     if burst:
@@ -258,8 +256,6 @@ def result_lines(summary: dict) -> list[str]:
 
 def write_html(summary: dict, path: Path) -> None:
     """A one-page report: the outcome, the conditions (with a CONTENDED banner) and the full JSON."""
-    import html
-
     contended = (summary.get("conditions") or {}).get("contended")
     banner = ("<p style='background:#fdd;padding:6px'><b>CONTENDED</b>: other processes took more than 10% of "
               "the machine during the measured window; the figures are not trustworthy.</p>" if contended else "")
@@ -273,9 +269,6 @@ def write_html(summary: dict, path: Path) -> None:
 
 
 def _strip_profiles(clients, nodes: int) -> None:
-    from fake_devices.config import PROFILE_LABEL
-    from harness.k8s import wait
-
     try:
         for i in range(nodes):
             clients.core.patch_node(f"dev-{i}", {"metadata": {"labels": {PROFILE_LABEL: None}}})
@@ -372,7 +365,7 @@ def sweep(scenario: str, nodes: list[int], pending: list[int], events: int, *, r
 
 
 def write_sweep(rows: list[dict], report_dir: Path) -> None:
-    from load import plots
+    from load import plots  # lazy: matplotlib (a second or more to import) is for `load sweep` only
 
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "sweep.json").write_text(json.dumps(rows, indent=2))

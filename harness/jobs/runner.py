@@ -22,19 +22,21 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness import backends
 from harness.backends.base import Backend, ClusterSpec
+from harness.backends.local import vendor_plugin
+from harness.binaries import Versions
+from harness.config import cluster as cluster_config
+from harness.config import featuregates, vendor
 from harness.config.cluster import MAX_NODES, ClusterDefinition
+from harness.config.vendor import VendorDriver
 from harness.core.errors import ConfigError, HarnessError, Problem
 from harness.core.progress import Reporter
 from harness.core.records import ClusterInfo, write_cluster
 from harness.jobs import report
-
-if TYPE_CHECKING:  # imported where used, like the backends
-    from harness.binaries import Versions
-    from harness.config.vendor import VendorDriver
+from harness.k8s.client import Clients, check_reachable, read_kubeconfig
+from harness.k8s.discovery import discover
 
 CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "conformance"
 MAX_WORKERS = 64
@@ -103,12 +105,9 @@ def plan(options: ConformanceOptions) -> Plan:
 
     result = Plan(options)
     if options.driver_config:  # the vendor file's own checks come before anything about the cluster
-        from harness.config import vendor
 
         result.vendor_file = vendor.load(options.driver_config)
     if attaches:
-        from harness.k8s.client import read_kubeconfig
-
         kubeconfig = options.kubeconfig or os.environ.get("KUBECONFIG")
         if not kubeconfig:
             raise ConfigError([Problem("--kubeconfig", "(not set)", "--backend existing needs the cluster's "
@@ -120,14 +119,9 @@ def plan(options: ConformanceOptions) -> Plan:
         if result.vendor_file is not None:  # its classes, extended resources and image, in the cluster
             _check_vendor_file(result.vendor_file, result.kubeconfig)
             if result.vendor_file.kubelet_plugin is not None:  # a real node of a local cluster to start it on
-                from harness.backends.local import vendor_plugin
 
                 vendor_plugin.real_nodes(result.kubeconfig, result.vendor_file.source)
         return result
-
-    from harness.binaries import Versions
-    from harness.config import cluster as cluster_config
-    from harness.config import featuregates
 
     versions = options.versions or Versions()
     # the checks of `cluster validate`, before anything is built or started
@@ -181,8 +175,6 @@ def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
             facts = _facts(str(info.kubeconfig))
             suite_env: dict[str, str] = {}
             if checked.vendor_file is not None and (checked.vendor_file.kubelet_plugin or checked.vendor_file.manifests):
-                from harness.backends.local import vendor_plugin
-
                 # spec.manifests and spec.kubeletPlugin: set up here, so they are taken down below however
                 # the suite ends (pytest killed after its grace period included)
                 vendor_setup = vendor_plugin.VendorSetup(checked.vendor_file, Path(info.kubeconfig))
@@ -222,8 +214,6 @@ def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
 
 
 def _require_reachable(kubeconfig: str, where: str) -> None:
-    from harness.k8s.client import Clients, check_reachable
-
     clients = Clients(Path(kubeconfig))
     try:
         check_reachable(clients, where)
@@ -232,9 +222,6 @@ def _require_reachable(kubeconfig: str, where: str) -> None:
 
 
 def _check_vendor_file(vendor_file, kubeconfig: str) -> None:
-    from harness.config import vendor
-    from harness.k8s.client import Clients
-
     clients = Clients(Path(kubeconfig))
     try:
         vendor.check_against_cluster(vendor_file, clients)
@@ -243,9 +230,6 @@ def _check_vendor_file(vendor_file, kubeconfig: str) -> None:
 
 
 def _facts(kubeconfig: str) -> dict:
-    from harness.k8s.client import Clients
-    from harness.k8s.discovery import discover
-
     clients = Clients(Path(kubeconfig))
     try:
         return discover(clients).to_dict()
@@ -254,8 +238,6 @@ def _facts(kubeconfig: str) -> dict:
 
 
 def _suite_vendor_file(path: Path, kubeconfig: str, reporter: Reporter):
-    from harness.config import vendor
-
     loaded = vendor.load(str(path))  # the same checks as a vendor's file, alone and against the cluster
     _check_vendor_file(loaded, kubeconfig)
     reporter.info(f"the deployed fake driver as the suite's driver under test: {path}")
@@ -330,7 +312,6 @@ def _cluster(checked: Plan, reporter: Reporter) -> tuple[Backend | None, str | N
     options = checked.options
     if checked.kubeconfig is not None:  # given (plan checked it is there and reachable): attach only
         return None, None, backends.attach(checked.kubeconfig)
-    from harness.binaries import Versions
 
     name = options.name or f"conformance-{time.strftime('%H%M%S')}-{os.getpid() % 1000}"
     if checked.no_real_node_reason and options.real_nodes == "auto":

@@ -3,7 +3,9 @@ into harness errors."""
 
 from __future__ import annotations
 
+import base64
 import ssl
+import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -166,9 +168,6 @@ class Clients:
 def tls_context(kubeconfig: Path) -> ssl.SSLContext:
     """An SSL context with the kubeconfig's CA and client certificate, for endpoints the client does
     not cover (the scheduler's and controller-manager's secure ports)."""
-    import base64
-    import tempfile
-
     config = yaml.safe_load(Path(kubeconfig).read_text())
     context_name = config["current-context"]
     ctx = next(c["context"] for c in config["contexts"] if c["name"] == context_name)

@@ -11,40 +11,33 @@ cluster. Exit 0 when every pod of every phase ran, 1 otherwise, 2 for bad input 
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
-from pathlib import Path
-from typing import TYPE_CHECKING
 
+from fake_devices.config import DriverConfig
+from fake_devices.controller import FakeDriver
+from harness import backends, binaries
+from harness.backends.base import ClusterSpec
+from harness.backends.local import state
+from harness.backends.local.realnode import images
+from harness.backends.local.realnode.deviceplugins import NodeDevicePlugins
+from harness.backends.local.realnode.plugins import NodePlugins
+from harness.config import cluster as cluster_config
 from harness.core.errors import ConfigError, HarnessError, Problem
+from harness.core.nodelayout import records
 from harness.core.progress import Reporter
-
-if TYPE_CHECKING:
-    from harness.config.cluster import ClusterDefinition
-    from harness.migration.rehearsal import MigrationNode
+from harness.k8s import wait
+from harness.k8s.client import Clients
+from harness.migration.local import LocalDra, LocalLegacy
+from harness.migration.rehearsal import MigrationNode, Rehearsal
 
 NAMESPACE = "migration-rehearsal"
 MAX_PODS_PER_PHASE = 50
 
 
-def add_parser(commands) -> None:
-    migration = commands.add_parser("migration", help="rehearse a device-plugin -> DRA migration (docs/migration.md)")
-    actions = migration.add_subparsers(dest="action", required=True, metavar="ACTION")
-    rehearse = actions.add_parser("rehearse", help="legacy cluster, node-by-node migration under a pod stream, "
-                                                   "per-phase report, stop")
-    rehearse.add_argument("--config", default="migration",
-                          help="cluster definition of the target state (file or name in clusters/; default: migration)")
-    rehearse.add_argument("--name", default=None, help="cluster name (default: a fresh one)")
-    rehearse.add_argument("--pods-per-phase", type=int, default=4, help="workload pods to run per phase (default: 4)")
-    rehearse.add_argument("--in-flight", type=int, default=None,
-                          help="workload pods alive at once (default: as many as fit while the largest node migrates)")
-    rehearse.add_argument("--pod-timeout", type=float, default=90.0, help="seconds a pod may take to run (default: 90)")
-    rehearse.add_argument("--report-dir", type=Path, default=Path("reports"))
-    rehearse.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
-
-
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    definition: ClusterDefinition
+    definition: cluster_config.ClusterDefinition
     resource: str
     nodes: list[MigrationNode]  # in migration order
     in_flight: int
@@ -54,10 +47,6 @@ class Plan:
 
 def plan(args) -> Plan:
     """Everything checked before anything starts (exit 2 on a problem)."""
-    from harness import binaries
-    from harness.config import cluster as cluster_config
-    from harness.migration.rehearsal import MigrationNode
-
     definition = cluster_config.validate(args.config, binaries.DEFAULT_KUBERNETES)
     problems = []
     resource = definition.driver.extended_resources.get("gpu")
@@ -98,15 +87,12 @@ def legacy_definition(definition):
 
 
 def run(args, reporter: Reporter, out) -> int:
-    from harness.backends.local import LocalBackend, state
-    from harness.backends.local.backend import UpOptions
-
     chosen = plan(args)
     name = args.name or f"migration-{uuid.uuid4().hex[:6]}"
-    backend = LocalBackend(reporter)
+    backend = backends.get("local", reporter)  # the rehearsal drives the local backend's real nodes
     info = None
     try:
-        info = backend.up(UpOptions(name=name, definition=legacy_definition(chosen.definition),
+        info = backend.up(ClusterSpec(name=name, definition=legacy_definition(chosen.definition),
                                     preset=chosen.definition.preset))
         cluster = state.find_by_kubeconfig(info.kubeconfig)
         if cluster is None:
@@ -118,7 +104,6 @@ def run(args, reporter: Reporter, out) -> int:
             if leftovers:
                 reporter.console.print(f"cluster {name}: could not clean up: {', '.join(leftovers)}")
     args.report_dir.mkdir(parents=True, exist_ok=True)
-    import json
 
     (args.report_dir / "migration-report.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     (args.report_dir / "migration-report.md").write_text(result.markdown())
@@ -128,17 +113,6 @@ def run(args, reporter: Reporter, out) -> int:
 
 
 def _rehearse(chosen: Plan, cluster, reporter: Reporter):
-    from fake_devices.config import DriverConfig
-    from fake_devices.controller import FakeDriver
-    from harness.backends.local.realnode import images
-    from harness.backends.local.realnode.deviceplugins import NodeDevicePlugins
-    from harness.backends.local.realnode.layout import records
-    from harness.backends.local.realnode.plugins import NodePlugins
-    from harness.k8s import wait
-    from harness.k8s.client import Clients
-    from harness.migration.local import LocalDra, LocalLegacy
-    from harness.migration.rehearsal import Rehearsal
-
     definition, settings = chosen.definition, chosen.definition.driver
     real = {r.name: r for r in records(cluster.data)}
     k8s = Clients(cluster.kubeconfig)

@@ -9,6 +9,10 @@ from typing import Any
 
 from fake_devices.controller import FakeDriver
 from fake_devices.deviceplugin import simulated
+from harness.backends.local import nodes
+from harness.backends.local.realnode import plugins
+from harness.backends.local.realnode.deviceplugins import NodeDevicePlugins
+from harness.core.progress import Reporter
 from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.migration.rehearsal import MigrationNode
@@ -20,9 +24,6 @@ PLUGIN_START_TIMEOUT = 120.0  # a kubelet plugin imports the kubernetes client: 
 def create_simulated_nodes(k8s: Clients, names: list[str], pool: str, labels: dict[str, str],
                            timeout: float = 60.0) -> None:
     """Simulated (KWOK) nodes of the local backend, Ready before this returns (the caller deletes them)."""
-    from harness.backends.local import nodes
-    from harness.core.progress import Reporter
-
     specs = [nodes.NodeSpec(name, pool=pool, labels=labels) for name in names]
     nodes.create(k8s.core, specs, Reporter(quiet=True))
     nodes.wait_ready(k8s.core, set(names), Reporter(quiet=True), timeout)
@@ -30,8 +31,6 @@ def create_simulated_nodes(k8s: Clients, names: list[str], pool: str, labels: di
 
 def device_plugins_on(real_node) -> Any:
     """The legacy device plugins of the real node the `real_node` fixture gives (its NodePlugins)."""
-    from harness.backends.local.realnode.deviceplugins import NodeDevicePlugins
-
     return NodeDevicePlugins(real_node.cluster_dir, real_node.node)
 
 
@@ -67,8 +66,8 @@ class LocalLegacy:
                    lambda: not allocatable(self.k8s, node.name, self.resource), NODE_TIMEOUT)
 
     def close(self) -> None:
-        for plugins in self.device_plugins.values():
-            plugins.close()
+        for device_plugins in self.device_plugins.values():
+            device_plugins.close()
         for name in sorted(self._patched):
             simulated.remove(self.k8s.core, name, self.resource)
         self._patched.clear()
@@ -95,8 +94,6 @@ class LocalDra:
             self.driver.assign(node.name, node.profile)
         config, gpu = self.driver.config, self.driver.drivers.gpu
         if node.name in self.node_plugins:
-            from harness.backends.local.realnode import plugins
-
             handle = self.node_plugins[node.name]
             self._plugins_started.append((handle, gpu))
             plugins.start(handle.cluster_dir, handle.node, gpu, handle.kubeconfig, config.instance, config.namespace,
@@ -110,8 +107,6 @@ class LocalDra:
 
     def close(self) -> None:
         """Stop the kubelet plugins this path started (after the pods are gone: they unprepare)."""
-        from harness.backends.local.realnode import plugins
-
         for handle, driver in reversed(self._plugins_started):
             plugins.stop(handle.cluster_dir, handle.node, driver)
         self._plugins_started.clear()

@@ -9,16 +9,15 @@ from pathlib import Path
 import yaml
 
 from harness import backends
+from harness.backends.local import vendor_plugin
 from harness.core.files import tail
+from harness.k8s import wait
 
 FAKE_DRIVERS = "dra_fake_drivers"  # attribute on the test item: the fake drivers its fixture started
 
 
-def _vendor_parts(item, k8s) -> list[str]:
+def _vendor_parts(k8s, vendor) -> list[str]:
     """Vendor mode: the vendor's slices and DeviceClasses as the cluster has them, and its plugin's log."""
-    from harness.pytest_plugin.plugin import vendor_driver
-
-    vendor = vendor_driver(item.config)
     if vendor is None:
         return []
     parts = []
@@ -33,7 +32,6 @@ def _vendor_parts(item, k8s) -> list[str]:
             parts.append(f"--- DeviceClass {name} (spec.deviceClasses.{kind}) ---\n" + yaml.safe_dump(found, sort_keys=False))
         except Exception as err:
             parts.append(f"--- DeviceClass {name} (spec.deviceClasses.{kind}): cannot be read: {err}")
-    from harness.backends.local import vendor_plugin
 
     logs = [Path(vendor.plugin_log).expanduser()] if vendor.plugin_log else []
     try:
@@ -45,12 +43,12 @@ def _vendor_parts(item, k8s) -> list[str]:
     return parts
 
 
-def collect(item, report_dir: str | None) -> str | None:
-    """Write the diagnostics of a failed test; return where they are (or the text when no report dir)."""
+def collect(item, report_dir: str | None, vendor=None) -> str | None:
+    """Write the diagnostics of a failed test; return where they are (or the text when no report dir).
+    `vendor`: the VendorDriver under test (vendor mode), else None."""
     k8s = item.funcargs.get("k8s")
     if k8s is None:
         return None
-    from harness.k8s import wait
 
     parts = []
     namespace = item.funcargs.get("dra_namespace")
@@ -64,7 +62,7 @@ def collect(item, report_dir: str | None) -> str | None:
                      + yaml.safe_dump_all(slices, sort_keys=False)[:20000])
         if driver.errors:
             parts.append("driver errors: " + "; ".join(driver.errors[-10:]))
-    parts += _vendor_parts(item, k8s)
+    parts += _vendor_parts(k8s, vendor)
     cluster = item.funcargs.get("dra_cluster")
     if cluster is not None:  # the cluster record says where its backend keeps component logs
         for log, text in backends.get(cluster.backend).collect_logs(cluster, lines=30).items():

@@ -11,19 +11,27 @@ import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
+from conformance import driver_checks
+from fake_devices import config as driver_config
+from fake_devices.controller import FakeDriver
+from fake_devices.errors import InvalidInput
+from fake_devices.variants import VARIANTS
 from harness import backends
+from harness.backends.local import vendor_plugin
+from harness.config import vendor
+from harness.config.vendor import VendorDriver
 from harness.core.errors import HarnessError
-from harness.core.records import MATURITY_ORDER, ClusterInfo, TestResult, write_results
+from harness.core.records import MATURITY_ORDER, ClusterInfo, TestResult, read_cluster, write_results
+from harness.k8s import wait
 from harness.k8s.client import Clients
+from harness.pytest_plugin import diagnostics
 from harness.pytest_plugin import session as sessions
-
-if TYPE_CHECKING:  # for annotations; imported where used
-    from harness.config.vendor import VendorDriver
-    from harness.k8s import wait
+from harness.pytest_plugin.allocations import AllocatedDrivers
+from harness.pytest_plugin.diagnostics import FAKE_DRIVERS
 
 RUN_ID_LABEL = "dra-harness.x-k8s.io/run-id"
 _SHARED = pytest.StashKey[str]()
@@ -108,10 +116,6 @@ def pytest_configure(config: pytest.Config) -> None:
         cluster_record=config.getoption("--dra-cluster-record"))
     vendor_file = config.getoption("--dra-driver-config")
     if vendor_file:
-        from fake_devices.errors import InvalidInput
-        from harness.backends.local import vendor_plugin
-        from harness.config import vendor
-
         options = config.stash[_OPTIONS]
         try:
             config.stash[_VENDOR] = loaded = vendor.load(vendor_file)
@@ -134,8 +138,6 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(err)) from None
     variant = config.getoption("--dra-fake-variant")
     if variant:
-        from fake_devices.variants import VARIANTS
-
         if variant not in VARIANTS:
             raise pytest.UsageError(f"--dra-fake-variant {variant!r}: unknown; allowed: {', '.join(VARIANTS)}")
 
@@ -143,8 +145,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     setup = config.stash.get(_VENDOR_SETUP, None)
     if setup is not None:
-        from harness.backends.local import vendor_plugin
-
         left = setup.close()
         for name in (vendor_plugin.SETUP_ENV, vendor_plugin.PLUGINS_ENV):
             os.environ.pop(name, None)
@@ -161,8 +161,6 @@ def _given_cluster_kubeconfig(options: sessions.SessionOptions) -> Path | None:
     """The kubeconfig of a cluster that exists before the run (a job's record, or --kubeconfig for a
     backend that attaches), else None."""
     if options.cluster_record:
-        from harness.core.records import read_cluster
-
         return read_cluster(Path(options.cluster_record).expanduser()).kubeconfig
     if options.kubeconfig and "--kubeconfig" in backends.backend_class(options.backend).spec_flags:
         return Path(options.kubeconfig).expanduser()
@@ -204,9 +202,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         _name_invalid_pools(item, report)
     if report.failed and call.when in ("call", "setup"):
         try:
-            from harness.pytest_plugin import diagnostics
-
-            path = diagnostics.collect(item, item.config.getoption("--dra-report-dir"))
+            path = diagnostics.collect(item, item.config.getoption("--dra-report-dir"), vendor_driver(item.config))
             if path:
                 report.sections.append(("dra-harness diagnostics", f"saved to {path}"))
         except Exception as err:  # diagnostics must never hide the failure itself
@@ -225,8 +221,6 @@ def _name_invalid_pools(item: pytest.Item, report: pytest.TestReport) -> None:
     if k8s is None:
         return
     try:
-        from conformance import driver_checks
-
         slices = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
         found = driver_checks.invalid_pools(slices)
     except Exception as err:  # explaining must never hide the failure itself
@@ -378,8 +372,6 @@ def vendor_plugins(request: pytest.FixtureRequest) -> list:
     """Vendor mode: the vendor's kubelet plugins the harness started from spec.kubeletPlugin, one per
     real node (harness.backends.local.vendor_plugin.VendorPlugin: `.node`, `.restart(kill=True)`, `.stop()`,
     `.start()`, `.log`). Skips, naming the field, when the harness did not start the plugin."""
-    from harness.backends.local import vendor_plugin
-
     vendor = vendor_driver(request.config)
     if vendor is None:
         pytest.skip("vendor mode only (--dra-driver-config): the fake driver's plugins are in `real_node`")
@@ -392,8 +384,6 @@ def vendor_plugins(request: pytest.FixtureRequest) -> list:
 
 def _delete_pods_and_wait(k8s: Clients, namespace: str, timeout: float = 90.0) -> None:
     """Delete a namespace's pods gracefully (never forced: the kubelet must unprepare) and wait."""
-    from harness.k8s import wait
-
     for pod in k8s.core.list_namespaced_pod(namespace).items:
         wait.ignore_not_found(k8s.core.delete_namespaced_pod, pod.metadata.name, namespace)
     wait.until(f"the pods of {namespace} to be gone", lambda: not k8s.core.list_namespaced_pod(namespace).items,
@@ -408,9 +398,6 @@ FAKE_DRIVER_NAMES = "dra_fake_drivers"  # test property: the drivers of the fake
 def dra_namespace(request: pytest.FixtureRequest, k8s: Clients, unique_name, dra_run_id: str) -> Iterator[str]:
     """A fresh namespace for one test, deleted afterwards (also when the test fails). The drivers
     whose devices its claims were allocated are recorded for the report."""
-    from harness.k8s import wait
-    from harness.pytest_plugin.allocations import AllocatedDrivers
-
     name = unique_name("t")
     k8s.core.create_namespace({"apiVersion": "v1", "kind": "Namespace",
                                "metadata": {"name": name, "labels": {RUN_ID_LABEL: dra_run_id}}})
@@ -428,8 +415,6 @@ def dra_namespace(request: pytest.FixtureRequest, k8s: Clients, unique_name, dra
 @pytest.fixture
 def cluster_objects(k8s: Clients) -> Iterator[wait.CreatedObjects]:
     """Tracks cluster-scoped objects a test creates and deletes them at teardown."""
-    from harness.k8s import wait
-
     created = wait.CreatedObjects(k8s)
     yield created
     created.delete_all()
@@ -443,10 +428,6 @@ def fake_driver(request: pytest.FixtureRequest, k8s: Clients, unique_name, dra_n
     given profile on each named node, keeps its fault ConfigMap in the test's namespace, and is
     stopped with all its slices and DeviceClasses removed at teardown.
     """
-    from fake_devices import config as driver_config
-    from fake_devices.controller import FakeDriver
-    from harness.pytest_plugin.diagnostics import FAKE_DRIVERS
-
     started: list[FakeDriver] = []
     setattr(request.node, FAKE_DRIVERS, started)  # so a failure report can show their slices
 

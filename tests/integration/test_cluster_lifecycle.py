@@ -25,8 +25,8 @@ from kubernetes.client.rest import ApiException
 from conformance import objects
 from harness.backends.local import process
 from harness.backends.local.realnode import cgroups, host, images, network, preflight, teardown
-from harness.backends.local.realnode.layout import RealNodeRecord, records
 from harness.core import paths
+from harness.core.nodelayout import RealNodeRecord, records
 from harness.k8s import wait
 from harness.k8s.client import Clients
 

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from harness import binaries
-from harness.backends.local import LocalBackend, process, state
-from harness.backends.local.backend import UpOptions
+from harness.backends.local import process, state
+from harness.backends.local.backend import LocalBackend, UpOptions
 from harness.backends.local.ports import listening
 from harness.k8s import wait
 from harness.k8s.client import Clients, https_get

@@ -13,11 +13,11 @@ import psutil
 import pytest
 
 from conformance import objects
-from harness.backends.local import LocalBackend, process, state
-from harness.backends.local.backend import UpOptions
+from harness.backends.local import process, state
+from harness.backends.local.backend import LocalBackend, UpOptions
 from harness.backends.local.realnode import cgroups, host, images, kubelet, network, preflight, teardown
-from harness.backends.local.realnode.layout import node_id, node_root, records
 from harness.binaries.noderuntime import CONTAINERD_VERSION
+from harness.core.nodelayout import node_id, node_root, records
 from harness.k8s import wait
 from harness.k8s.client import Clients
 

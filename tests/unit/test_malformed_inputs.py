@@ -35,9 +35,9 @@ import yaml
 # What the CLI imports lazily on its first refusal, imported here so the time bound measures refusing,
 # not Python importing (the kubelet-plugin settings alone take about 0.5 s to import on a busy machine).
 import fake_devices.kubeletplugin.config  # noqa: F401
-import harness.backends.local.realnode.layout  # noqa: F401
 import harness.cli.profiles  # noqa: F401
 import harness.config.featuregates  # noqa: F401
+import harness.core.nodelayout  # noqa: F401
 from fake_devices import quantity, yamlfile
 from fake_devices.errors import InvalidInput
 from harness.cli import main as cli

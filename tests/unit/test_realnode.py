@@ -28,18 +28,18 @@ from harness.backends.local.realnode import (
     host,
     images,
     kubelet,
-    layout,
     network,
     node,
     plugins,
     preflight,
     teardown,
 )
-from harness.backends.local.realnode.layout import NodeDirs, RealNodeRecord
 from harness.binaries import noderuntime
 from harness.binaries.noderuntime import NodeRuntime
+from harness.core import nodelayout as layout
 from harness.core import paths
 from harness.core.errors import BinariesError, HarnessError
+from harness.core.nodelayout import NodeDirs, RealNodeRecord
 
 NODE_ID = "0123abcd"
 

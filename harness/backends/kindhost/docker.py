@@ -34,6 +34,7 @@ from pathlib import Path
 
 from harness.backends.commands import run_quiet
 from harness.backends.kindhost import capabilities, hostnet, wrapper_file
+from harness.backends.local import process
 from harness.backends.local.realnode import host as machine_settings
 from harness.core import paths
 from harness.core.errors import HarnessError
@@ -333,8 +334,6 @@ def _start(layout: Layout, facts: Facts, decision: Decision) -> dict:
 
 
 def _identity(pid: int) -> dict:
-    from harness.backends.local import process
-
     return process.identity(pid)
 
 

@@ -41,11 +41,13 @@ from pathlib import Path
 from harness import binaries
 from harness.backends.commands import Runner, Step, command
 from harness.backends.kindhost import wrapper_file
-from harness.binaries import manifest
+from harness.backends.local.realnode import images
+from harness.binaries import gobuild, manifest, noderuntime
 from harness.core import paths
 from harness.core.errors import HarnessError
 from harness.core.locking import file_lock
 from harness.core.progress import Reporter
+from harness.k8s import wait
 
 ROOTFS_RECIPE = "1"  # bump when the Debian root filesystem changes without its package list changing
 IMAGE_RECIPE = "2"  # bump when the node layer changes without any input changing (2: cri-base.json as kind's)
@@ -240,8 +242,6 @@ def kind_module(work: Path) -> tuple[Path, str]:
 
 def ensure_node_binaries(version: str, reporter: Reporter) -> Path:
     """kubeadm and kube-proxy v<version>, built once and cached with their SHA-256."""
-    from harness.binaries import gobuild
-
     os_name, arch = binaries.host_platform()
     target = paths.cache_root() / "binaries" / f"kind-node-v{version}_{os_name}-{arch}"
     target.mkdir(parents=True, exist_ok=True)
@@ -385,9 +385,6 @@ def _write_tree(directory: Path, files: dict[str, tuple[bytes | Path, int]], lin
 def build(engine, reporter: Reporter, kubernetes_version: str = binaries.DEFAULT_KUBERNETES,
           drops: tuple[str, ...] = ()) -> str:
     """Build (or find cached) the node image in `engine`; returns its tag."""
-    from harness.backends.local.realnode import images
-    from harness.binaries import noderuntime
-
     started = time.monotonic()
     cache = paths.cache_root() / "kind-node"
     cache.mkdir(parents=True, exist_ok=True)
@@ -500,8 +497,6 @@ def _check(argv: list[str], what: str) -> str:
 
 
 def _wait_containerd(engine, container: str) -> None:
-    from harness.k8s import wait
-
     wait.until(f"containerd in build container {container} to answer `ctr version`",
                lambda: _run([engine.docker, "exec", container, "ctr", "version"], engine.environ()).returncode == 0,
                timeout=CONTAINERD_TIMEOUT, interval=0.5,

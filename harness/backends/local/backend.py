@@ -9,22 +9,23 @@ controller that simulates nodes and pods. See docs/local-backend.md.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from fake_devices.config import PROFILE_LABEL
+from fake_devices.render import Drivers
 from harness import binaries as binaries_mod
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus, RealNode
-from harness.backends.common import kept_or_removed_on_failure
+from harness.backends.common import kept_or_removed_on_failure, known_gates
 from harness.backends.local import components, kubeconfig, nodes, pki, ports, process, state
 from harness.backends.local.realnode import node as realnode
 from harness.backends.local.realnode import plugins, preflight, teardown
-from harness.backends.local.realnode.layout import records
 from harness.binaries import noderuntime
 from harness.config import featuregates
 from harness.config.cluster import MAX_NODES, MAX_REAL_NODES
 from harness.core.errors import ClusterNotFound, ComponentError, ConfigError, HarnessError, Problem
+from harness.core.nodelayout import records
 from harness.k8s.client import Clients, https_get, tls_context
 
 START_TIMEOUT = 90.0  # per component group; a cold 2-core machine starts the apiserver in ~10 s
@@ -34,20 +35,8 @@ PORT_CLOSE_TIMEOUT = 10.0  # after its process is gone, the kernel closes a list
 UpOptions = ClusterSpec  # the name callers used before every backend shared one spec
 
 
-def known_gates(binset: binaries_mod.BinarySet) -> set[str]:
-    """The gate names the installed kube-apiserver accepts, from its own --help."""
-    try:
-        out = subprocess.run([str(binset.path("kube-apiserver")), "--help"], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return set()
-    return featuregates.parse_known_gates(out)
-
-
 def realnode_specs(options: ClusterSpec) -> list[realnode.RealNodeSpec]:
     """Real nodes of the definition's `kubelet: real` pools (named `<pool>-<i>`), then --real-nodes ones."""
-    from fake_devices.config import PROFILE_LABEL
-
     specs = []
     for pool in (options.definition.pools if options.definition else ()):
         if pool.kubelet == "real":
@@ -208,9 +197,6 @@ class LocalBackend(Backend):
 
     def _start_node_plugins(self, cluster: state.ClusterState, definition, real_specs) -> None:
         """The kubelet plugins of the definition's driver on every real node that has a profile."""
-        from fake_devices.config import PROFILE_LABEL
-        from fake_devices.render import Drivers
-
         profiled = {s.name for s in real_specs if PROFILE_LABEL in s.labels}
         for record in records(cluster.data):
             if record.name in profiled:

@@ -6,11 +6,13 @@ endpoint), so the flags can be unit-tested and printed by `cluster up --dry-run`
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from fake_devices import config as driver_config
 from harness.backends.local import kwok_stages
 from harness.backends.local.pki import Pki
 from harness.binaries import BinarySet
@@ -156,10 +158,6 @@ def kwok(layout: ClusterLayout) -> Component:
 
 def fake_devices(layout: ClusterLayout, definition) -> Component:
     """The fake DRA driver (control-plane half) publishing the definition's profiles."""
-    import sys
-
-    from fake_devices import config as driver_config
-
     settings = definition.driver
     config = driver_config.DriverConfig(instance=settings.instance, domain=settings.domain,
                                         profiles=definition.profiles,

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import kubernetes
 from kubernetes.client.rest import ApiException
 
+from fake_devices.config import PROFILE_LABEL
+from fake_devices.schema import quantity_value
 from harness.backends.local.components import KWOK_NODE_ANNOTATION
 from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
@@ -68,9 +70,6 @@ def _cpu_count(cpu_list: str) -> int:
 
 def from_definition(definition) -> list[NodeSpec]:
     """Nodes of every pool, named `<pool>-<i>`, with the profile's CPUs and memory as capacity."""
-    from fake_devices.config import PROFILE_LABEL
-    from fake_devices.schema import quantity_value
-
     specs = []
     for pool in definition.pools:
         if pool.kubelet == "real":

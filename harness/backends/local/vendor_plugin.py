@@ -19,15 +19,17 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import psutil
+from kubernetes.client import V1DeleteOptions
+from kubernetes.client.rest import ApiException
+
+from harness.backends.local import process, state
+from harness.backends.local.state import ClusterState
+from harness.config.vendor import Manifest, VendorDriver
 from harness.core.errors import ComponentError, ConfigError, HarnessError, Problem
-
-if TYPE_CHECKING:
-    from harness.backends.local.realnode.layout import RealNodeRecord
-    from harness.backends.local.state import ClusterState
-    from harness.config.vendor import Manifest, VendorDriver
-    from harness.k8s.client import Clients
+from harness.core.nodelayout import RealNodeRecord, records
+from harness.k8s.client import Clients
 
 PLUGINS_ENV = "DRA_HARNESS_VENDOR_PLUGINS"  # for the suite: the record file of the plugins this run started
 SETUP_ENV = "DRA_HARNESS_VENDOR_SETUP"  # for the suite: spec.manifests and spec.kubeletPlugin are set up already
@@ -47,9 +49,6 @@ def node_paths(cluster: ClusterState, node: RealNodeRecord) -> dict[str, str]:
 def real_nodes(kubeconfig: str | Path, source: str, field_name: str = "spec.kubeletPlugin"):
     """(local cluster, its real nodes) of the cluster this kubeconfig reaches; ConfigError naming
     `field_name` where the harness cannot start a plugin there."""
-    from harness.backends.local import state
-    from harness.backends.local.realnode.layout import records
-
     cluster = state.find_by_kubeconfig(kubeconfig)
     how = ("remove spec.kubeletPlugin and start your plugin yourself, or use a cluster from "
            "`dra-harness cluster up --real-nodes 1`")
@@ -85,16 +84,12 @@ class VendorPlugin:
         return self.cluster_dir / "logs" / f"{self.name}.log"
 
     def running(self):
-        from harness.backends.local import process
-
         found = process.recorded(self.cluster_dir).get(self.name)
         return found if found is not None and process.alive(found) else None
 
     def start(self, timeout: float = READY_TIMEOUT, wait_for_slices: bool = False) -> None:
         """Start it and wait until it registers with the kubelet (a new `<driver>...reg.sock`) and, on a
         first start, until its ResourceSlices for this node are published."""
-        from harness.backends.local import process
-
         self.started_at = time.time()
         offset = self.log.stat().st_size if self.log.exists() else 0
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -113,8 +108,6 @@ class VendorPlugin:
                 ready = self._registered()
                 if ready and wait_for_slices:
                     if clients is None:
-                        from harness.k8s.client import Clients
-
                         clients = Clients(self.kubeconfig)
                     ready = self._has_slices(clients)
                 if ready:
@@ -187,8 +180,6 @@ class VendorPlugin:
 def _members(group: int) -> list[int]:
     """Live processes of a process group; our own exited children are reaped on the way (an orphaned
     zombie waits for init and holds nothing)."""
-    import psutil
-
     try:
         os.waitpid(group, os.WNOHANG)  # the group leader is our child when this process started it
     except (ChildProcessError, OSError):
@@ -237,8 +228,6 @@ class VendorSetup:
     def start(self, reporter=None) -> dict[str, str]:
         """Set everything up; returns the environment the suite needs (SETUP_ENV, PLUGINS_ENV). On any failure
         what was already set up is taken down again before the error is raised."""
-        from harness.k8s.client import Clients
-
         try:
             clients = Clients(self.kubeconfig)
             try:
@@ -278,9 +267,6 @@ class VendorSetup:
     def close(self) -> list[str]:
         """Stop the plugins, then delete what the run created (only those objects: same name and uid).
         Returns what could not be cleaned up."""
-        from kubernetes.client import V1DeleteOptions
-        from kubernetes.client.rest import ApiException
-
         leftovers = []
         for plugin in self.plugins:
             leftovers += plugin.stop()
@@ -288,8 +274,6 @@ class VendorSetup:
         if self.record is not None:
             self.record.unlink(missing_ok=True)
         if self.created or stopped:
-            from harness.k8s.client import Clients
-
             clients = Clients(self.kubeconfig)
             try:
                 # The slices the stopped plugins published on their nodes: the kubelet would wipe them only

@@ -2,7 +2,7 @@
 
 One job per module:
 - preflight: can this machine host one (root, cgroups, overlayfs, runc, CNI plugins, busybox)?
-- layout: where a node keeps its things, and its record in state.yaml
+- (where a node keeps its things, and its record in state.yaml: harness.core.nodelayout)
 - images: the pause and shell images, built here as OCI archives (there is no registry)
 - containerd, kubelet: configuration and command lines, as data
 - network: the node's private bridge and CNI configuration

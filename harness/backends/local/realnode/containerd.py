@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 
 from harness.backends.commands import Runner
-from harness.backends.local.realnode.layout import NodeDirs
 from harness.binaries.noderuntime import NodeRuntime
 from harness.core.errors import HarnessError
+from harness.core.nodelayout import NodeDirs
 
 NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin uses
 

@@ -6,15 +6,18 @@ every kubelet on this machine). Recorded like the cluster's other processes, so 
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from fake_devices.deviceplugin import journal
 from fake_devices.deviceplugin.plugin import socket_stem
 from harness.backends.local import process
-from harness.backends.local.realnode.layout import RealNodeRecord
 from harness.core.errors import ComponentError
+from harness.core.nodelayout import RealNodeRecord
 
 READY_TIMEOUT = 30.0
 
@@ -56,8 +59,6 @@ def start(cluster_dir: Path, node: RealNodeRecord, resource: str, profile: str, 
 
 def stop(cluster_dir: Path, node: RealNodeRecord, resource: str) -> None:
     """SIGTERM the plugin (its sockets go, the kubelet withdraws the devices); no-op if not running."""
-    import psutil
-
     name = process_name(node, resource)
     running = process.recorded(cluster_dir).get(name)
     if running is None:
@@ -95,8 +96,6 @@ class NodeDevicePlugins:
         return calls(self.node, resource)
 
     def close(self) -> None:
-        import shutil
-
         for resource in sorted(self._started):
             self.stop(resource)
             shutil.rmtree(state_dir(self.node, resource), ignore_errors=True)

@@ -23,9 +23,9 @@ from pathlib import Path
 from harness.backends.commands import Runner
 from harness.backends.local import process
 from harness.backends.local.realnode import inotify
-from harness.backends.local.realnode.layout import DEFAULT_NODE_ROOT
 from harness.core.files import write_atomic
 from harness.core.locking import file_lock
+from harness.core.nodelayout import DEFAULT_NODE_ROOT
 
 # Every sysctl the kubelet (container_manager_linux.go) or the CNI bridge plugin may write.
 SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",

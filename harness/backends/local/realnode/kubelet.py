@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import yaml
 
-from harness.backends.local.realnode.layout import RealNodeRecord
+from harness.core.nodelayout import RealNodeRecord
 from harness.k8s.nodes import KUBELET_LABEL as NODE_KUBELET_LABEL
 from harness.k8s.nodes import REAL_NODE_TAINT_KEY
 

@@ -8,14 +8,19 @@ host baseline -> node directory, cgroup parent, bridge -> containerd -> images -
 from __future__ import annotations
 
 import ipaddress
+import json
 import time
+import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
 
 from harness.backends.local import kubeconfig, pki, ports, process, state
 from harness.backends.local.realnode import cgroups, containerd, host, images, kubelet, network
-from harness.backends.local.realnode.layout import RealNodeRecord, node_id, node_root
 from harness.binaries.noderuntime import NodeRuntime
 from harness.core.errors import ComponentError, HarnessError
+from harness.core.nodelayout import RealNodeRecord, node_id, node_root
 from harness.core.progress import Reporter
 
 CONTAINERD_TIMEOUT = 60.0
@@ -117,8 +122,6 @@ def _ctr_answers(dirs, runtime) -> bool:
 
 
 def _healthy(url: str) -> bool:
-    import urllib.request
-
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return response.status == 200
@@ -145,11 +148,6 @@ def restart_kubelet(cluster_dir, record: RealNodeRecord, timeout: float = KUBELE
     containers, plugins and the kubelet's checkpoints are left alone. Whatever happens in between,
     a kubelet is started again before this returns or raises: a test must never leave the node
     without one."""
-    import json
-    from pathlib import Path
-
-    import psutil
-
     cluster_dir = Path(cluster_dir)
     pid_file = cluster_dir / "pids" / f"{record.kubelet_process}.json"
     try:

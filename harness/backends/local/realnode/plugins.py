@@ -14,9 +14,12 @@ import time
 from pathlib import Path
 from typing import IO
 
+import psutil
+
 from harness.backends.local import process
-from harness.backends.local.realnode.layout import RealNodeRecord
+from harness.backends.local.realnode import node
 from harness.core.errors import ComponentError
+from harness.core.nodelayout import RealNodeRecord
 
 READY_TIMEOUT = 120.0  # a deadline, not a wait: importing grpc + kubernetes took over 30 s on a loaded machine
 EXCLUSIVE_TIMEOUT = 600.0  # how long a kubelet restart waits for the node's other users to finish
@@ -71,8 +74,6 @@ def start(cluster_dir: Path, node: RealNodeRecord, driver: str, kubeconfig: Path
 def stop(cluster_dir: Path, node: RealNodeRecord, driver: str, kill: bool = False,
          rolling_update_id: str | None = None) -> None:
     """Stop the plugin (SIGTERM, or SIGKILL to simulate a crash); its checkpoint stays."""
-    import psutil
-
     name = process_name(node, driver, rolling_update_id)
     running = process.recorded(cluster_dir).get(name)
     if running is None:
@@ -150,8 +151,6 @@ class NodePlugins:
     def restart_kubelet(self, wait_for_others: float = EXCLUSIVE_TIMEOUT) -> None:
         """Restart the node's kubelet (see node.restart_kubelet); the plugins keep running. Waits
         until no other user of the node runs plugins there, and keeps new ones out meanwhile."""
-        from harness.backends.local.realnode import node
-
         handle = self._hold_node()
         _flock(handle, fcntl.LOCK_EX, wait_for_others, f"the other tests using {self.node.name} to finish")
         try:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from harness.backends.commands import Runner
 from harness.backends.local.realnode import cgroups, host, inotify
-from harness.backends.local.realnode.layout import node_root
 from harness.binaries import noderuntime
+from harness.core.nodelayout import node_root
 
 
 def problems(real_nodes: int = 1, runner: Runner | None = None) -> list[str]:

@@ -19,7 +19,7 @@ import psutil
 from harness.backends.commands import Runner
 from harness.backends.local import process
 from harness.backends.local.realnode import cgroups, host, network
-from harness.backends.local.realnode.layout import RealNodeRecord, node_root, records
+from harness.core.nodelayout import RealNodeRecord, node_root, records
 
 GRACE_SECONDS = 5.0
 

@@ -4,6 +4,9 @@ A node's directory is `/var/lib/dra-harness/<id>` (override: DRA_HARNESS_NODE_RO
 cluster directory: unix socket paths are limited to 107 bytes, and the kubelet's plugin sockets
 (`<root>/plugins_registry/<driver>-reg.sock`) need a short prefix. The id is derived from the
 cluster directory and node name, so two clusters never share one.
+
+The local backend's real nodes (harness.backends.local.realnode) live by it; it sits in core/ because the
+cluster definitions (harness.config.cluster) check socket path lengths with it too.
 """
 
 from __future__ import annotations

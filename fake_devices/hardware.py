@@ -1,0 +1,100 @@
+"""A node's hardware as data: NUMA nodes, PCIe attachments and the device groups a node profile
+declares. `profile` reads and checks profile files into these; `render` turns them into devices.
+(A module of its own so that `profile` can check its limits with `render` and `render` can read these
+without the two importing each other.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fake_devices import mig
+
+
+@dataclass(frozen=True)
+class Attachment:
+    numa_node: int
+    pcie_root: str | None  # None for memory-bus devices (persistent memory)
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    id: int
+    cpus: str
+    memory: str
+    pcie_roots: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MigPartition:
+    profile: str
+    start: int
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    model: str
+    count: int
+    memory: str
+    multiprocessors: int
+    architecture: str
+    compute_capability: str
+    attach: tuple[Attachment, ...]
+    interconnect: str | None = None  # e.g. an NVLink/NVSwitch domain shared by the group
+    mig_mode: str = "none"
+    partitions: tuple[MigPartition, ...] = ()
+    prefix: str = "gpu"
+    attributes: dict = field(default_factory=dict)  # extra vendor attributes, already in API form
+
+    def mig_table(self) -> dict[str, mig.MigProfile]:
+        return mig.TABLES.get(self.model, {})
+
+
+@dataclass(frozen=True)
+class StorageGroup:
+    kind: str
+    model: str
+    count: int
+    capacity: str
+    attach: tuple[Attachment, ...]
+    shareable: bool = False
+    request_default: str | None = None
+    request_min: str | None = None
+    request_step: str | None = None
+    prefix: str = ""
+    attributes: dict = field(default_factory=dict)
+    io_share: "IoShare | None" = None
+
+
+@dataclass(frozen=True)
+class IoShare:
+    """A shareable device's I/O bandwidth as a fraction: capacity `ioShare` of 1 (the whole device),
+    claimed in fractional steps (DRAFractionalCapacityRange: milli-unit rounding of min/max/step)."""
+    default: str
+    minimum: str
+    step: str
+    maximum: str | None = None
+
+
+@dataclass(frozen=True)
+class NicGroup:
+    model: str
+    count: int
+    bandwidth: str
+    attach: tuple[Attachment, ...]
+    prefix: str = "nic"
+    attributes: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    source: str
+    numa_nodes: tuple[NumaNode, ...]
+    gpus: tuple[GpuGroup, ...] = ()
+    storage: tuple[StorageGroup, ...] = ()
+    nics: tuple[NicGroup, ...] = ()
+    node_labels: dict[str, str] = field(default_factory=dict)
+
+    def numa(self, node_id: int) -> NumaNode:
+        return next(n for n in self.numa_nodes if n.id == node_id)
