@@ -123,6 +123,9 @@ class Result:
         return "\n".join(lines) + "\n"
 
 
+_EVICTED = object()  # what a workload pod's wait returns when a drain deleted the pod first
+
+
 class _Stopped(Exception):
     """The rehearsal is over (done, failed or interrupted): the stream stops waiting at once."""
 
@@ -204,7 +207,7 @@ class Rehearsal:
                      if p.spec.node_name == node.name and workload.path_of(p) == workload.DEVICE_PLUGIN
                      and p.metadata.deletion_timestamp is None]
             for pod in found:
-                self._mark_evicted(pod.metadata.name, self._phase)
+                self._mark_evicted(pod, self._phase)
                 wait.ignore_not_found(self.k8s.core.delete_namespaced_pod, pod.metadata.name, self.namespace)
             return not found
 
@@ -214,11 +217,15 @@ class Rehearsal:
                                 if p.spec.node_name == node.name and workload.path_of(p) == workload.DEVICE_PLUGIN],
                    self.pod_timeout, diagnostics=lambda: wait.describe_namespace(self.k8s, self.namespace))
 
-    def _mark_evicted(self, name: str, phase: int) -> None:
+    def _mark_evicted(self, pod, phase: int) -> None:
+        name = pod.metadata.name
         with self._lock:
             for record in self.pods:
                 if record.name == name and record.evicted_in is None:
                     record.evicted_in = phase
+                    # bound there through the device plugin, maybe not Running yet: say so already
+                    record.node = record.node or pod.spec.node_name
+                    record.path = record.path or workload.path_of(pod)
             if name in self._live:
                 self._live.remove(name)
 
@@ -292,11 +299,18 @@ class Rehearsal:
 
         def running():
             self._check_stop()
-            pod = self.k8s.core.read_namespaced_pod(name, self.namespace)
+            try:
+                pod = self.k8s.core.read_namespaced_pod(name, self.namespace)
+            except ApiException as err:
+                if err.status == 404 and record.evicted_in is not None:
+                    return _EVICTED  # a drain deleted it after it was bound there, before it ran
+                raise
             return pod if pod.status and pod.status.phase == "Running" else None
 
         try:
             pod = wait.until(f"workload pod {name} to run", running, self.pod_timeout)
+            if pod is _EVICTED:
+                return
         except _Stopped:
             with self._lock:
                 self.pods.remove(record)  # cut short by the end of the rehearsal: not a result

@@ -122,3 +122,33 @@ def test_the_stream_must_fit_beside_the_node_being_migrated():
         Rehearsal(None, "ns", "example.com/gpu", "img", nodes, None, None, in_flight=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="1 to 0"):
         Rehearsal(None, "ns", "example.com/gpu", "img", nodes[:1], None, None, in_flight=1)  # type: ignore[arg-type]
+
+
+def test_a_pod_a_drain_deleted_before_it_ran_is_counted_as_evicted_not_a_failure():
+    """Seen under load: the drain deletes a device-plugin pod bound to the node just before it ran;
+    the stream's wait then read 404 and ended the whole rehearsal with an API error."""
+    from kubernetes.client.rest import ApiException
+
+    nodes = [MigrationNode("a", "tiny", 2), MigrationNode("b", "tiny", 2)]
+    bound = SimpleNamespace(metadata=SimpleNamespace(name="workload-004"),
+                            spec=SimpleNamespace(node_name="a"), status=SimpleNamespace(
+                                phase="Pending", extended_resource_claim_status=None))
+    run = None
+
+    class Core:
+        def create_namespaced_pod(self, namespace, manifest):
+            pass
+
+        def read_namespaced_pod(self, name, namespace):
+            if not run.pods[0].evicted_in:
+                run._mark_evicted(bound, 1)  # the drain of phase 1 took it
+                return bound
+            raise ApiException(status=404, reason="Not Found")
+
+    run = Rehearsal(SimpleNamespace(core=Core()), "ns", "example.com/gpu", "img", nodes, None, None,  # type: ignore[arg-type]
+                    in_flight=1, pod_timeout=5)
+    run._phase = 1
+    run._one_pod("workload-004")  # returns instead of raising the 404
+    record = run.pods[0]
+    assert (record.evicted_in, record.node, record.path) == (1, "a", workload.DEVICE_PLUGIN)
+    assert not run.problems and "workload-004" not in run._live
