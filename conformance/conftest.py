@@ -12,11 +12,16 @@ reports (harness.k8s.discovery), so a test whose gate or API is off is skipped w
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
+from conformance import objects, under_test
+from fake_devices.controller import INSTANCE_LABEL
 from harness.k8s.client import Clients
 from harness.k8s.discovery import ClusterFacts, discover
 from harness.k8s.nodes import is_ready
+from harness.pytest_plugin.plugin import shared_dir, vendor_driver
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 EPHEMERAL_LABEL = "dra-harness.x-k8s.io/ephemeral"  # nodes a test creates and deletes again: never "the" node
@@ -30,7 +35,6 @@ def cluster_facts(k8s: Clients) -> ClusterFacts:
 @pytest.fixture(autouse=True)
 def _requirements(request: pytest.FixtureRequest) -> None:
     markers = {m.name: m for m in request.node.iter_markers()}
-    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     if vendor is not None:
@@ -95,7 +99,6 @@ class DriverUnderTest:
 
 @pytest.fixture
 def driver_under_test(request: pytest.FixtureRequest, k8s: Clients) -> DriverUnderTest:
-    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     if vendor is not None:
@@ -109,7 +112,6 @@ def driver_under_test(request: pytest.FixtureRequest, k8s: Clients) -> DriverUnd
     profiles = {nodes[0]: "dgx-h100", nodes[-1 if len(nodes) > 1 else 0]: "a100-mig"} if len(nodes) > 1 \
         else {nodes[0]: "a100-mig"}
     fake = fake_driver(profiles)
-    from fake_devices.controller import INSTANCE_LABEL
 
     classes = {f"DeviceClass {c.metadata.name} of fake driver {fake.config.instance}": c.metadata.name for c in
                k8s.resource.list_device_class(label_selector=f"{INSTANCE_LABEL}={fake.config.instance}").items}
@@ -121,8 +123,6 @@ def vendor_turn(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str
     """Vendor mode: this test's turn at the vendor's devices (the tests of a run that use them take
     turns, across xdist workers), given back at teardown: its pods, PodGroups and claims deleted and
     waited for, and the kubelet's count of prepared claims back. A no-op with the fake driver."""
-    from conformance import under_test
-    from harness.pytest_plugin.plugin import shared_dir, vendor_driver
 
     vendor = vendor_driver(request.config)
     if vendor is None:
@@ -141,10 +141,6 @@ def devices_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespa
     driver under test on one node (a fresh fake-driver instance, or the vendor's driver as it is), its
     DeviceClass and how to place pods there. In vendor mode the tests using the vendor's devices take
     turns (`vendor_turn`)."""
-    from functools import partial
-
-    from conformance import under_test
-    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
@@ -168,17 +164,12 @@ def partitions_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_name
     consume from them (partitionable devices): a fresh fake-driver instance with the a100-mig profile
     (MIG placements), or the vendor's driver where its slices show such devices. In vendor mode the tests
     using the vendor's devices take turns (`vendor_turn`)."""
-    from functools import partial
-
-    from conformance import objects, under_test
-    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
 
     def pool(sets: int = 1) -> under_test.DevicePool:
         if vendor is None:
-            from fake_devices.controller import INSTANCE_LABEL
 
             fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): "a100-mig"})
             classes = [c.metadata.name for c in k8s.resource.list_device_class(
@@ -202,17 +193,12 @@ def shareable_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_names
     that allow multiple allocations and publish capacities with a request policy (consumable capacity):
     a fresh fake-driver instance's NVMe drives (profile tiny), or the vendor's driver where its slices
     show such devices. In vendor mode the tests using the vendor's devices take turns (`vendor_turn`)."""
-    from functools import partial
-
-    from conformance import objects, under_test
-    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
 
     def pool(count: int = 1) -> under_test.DevicePool:
         if vendor is None:
-            from fake_devices.controller import INSTANCE_LABEL
 
             fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): "tiny"})
             classes = [c.metadata.name for c in k8s.resource.list_device_class(
@@ -239,17 +225,12 @@ def fractional_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_name
     slices show such devices. A vendor driver that publishes none: not applicable, or a failure when the
     vendor file claims DRAFractionalCapacityRange. In vendor mode the tests using the vendor's devices
     take turns (`vendor_turn`)."""
-    from functools import partial
-
-    from conformance import objects, under_test
-    from harness.pytest_plugin.plugin import vendor_driver
 
     vendor = vendor_driver(request.config)
     make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
 
     def pool(count: int | None = 1) -> under_test.DevicePool:
         if vendor is None:
-            from fake_devices.controller import INSTANCE_LABEL
 
             fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): "nvme-storage"})
             classes = [c.metadata.name for c in k8s.resource.list_device_class(

@@ -34,7 +34,9 @@ from pathlib import Path
 import pytest
 from kubernetes.client.rest import ApiException
 
-from conformance import objects
+from conformance import checks, class_selectors, objects
+from fake_devices.quantity import parse
+from harness.core.locking import file_lock
 from harness.k8s import nodes as node_facts
 from harness.k8s import wait
 from harness.k8s.client import Clients
@@ -297,7 +299,6 @@ def give_back(k8s: Clients, namespace: str, drivers=(), kubelet_nodes=(), timeou
     """Delete the namespace's pods and claims and wait until they are gone: the devices are free again;
     on kubelet nodes also until the kubelet holds no more claims of `drivers` prepared than the cluster
     has allocated there (it may unprepare after the claim is gone)."""
-    from conformance import checks
 
     for pod in k8s.core.list_namespaced_pod(namespace).items:
         wait.ignore_not_found(k8s.core.delete_namespaced_pod, pod.metadata.name, namespace)
@@ -325,7 +326,6 @@ def give_back(k8s: Clients, namespace: str, drivers=(), kubelet_nodes=(), timeou
 
 @contextlib.contextmanager
 def taking_turns(lock_dir: Path) -> Iterator[None]:
-    from harness.core.locking import file_lock
 
     with file_lock(lock_dir / "vendor-devices.lock"):
         yield
@@ -334,7 +334,6 @@ def taking_turns(lock_dir: Path) -> Iterator[None]:
 def vendor_pool(k8s: Clients, vendor, cluster_facts, count: int, make) -> DevicePool:
     """`count` free devices of one vendor driver on one node, selected by one of the vendor's classes;
     prefers a node run by a kubelet (pods there really run). Skips naming what is missing."""
-    from conformance import class_selectors
 
     everything = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
     best: tuple | None = None
@@ -405,7 +404,6 @@ def fake_pool(k8s: Clients, fake_driver, simulated_node: str, count: int, make, 
 # --- partitionable devices: devices that consume shared counters -----------------------------------
 
 def quantity(text) -> Decimal:
-    from fake_devices.quantity import parse
 
     return parse(str(text))
 
@@ -506,7 +504,6 @@ def counter_sets(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | No
 def partition_pool(k8s: Clients, drivers, classes, kubelet_nodes, sets: int, make, **pool_options) -> DevicePool:
     """`sets` free counter sets of one driver on one node, with their devices, selected by one of
     `classes` (DeviceClass names); prefers a node run by a kubelet. Skips naming what is missing."""
-    from conformance import class_selectors
 
     everything = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
     best: tuple | None = None
@@ -594,7 +591,6 @@ def shareable_pool(k8s: Clients, drivers, classes, kubelet_nodes, count: int | N
     multiple allocations and publish what `has` finds (default: a capacity with a request policy),
     selected by one of `classes`; prefers a node run by a kubelet. Skips naming what is missing (fails,
     when `required`: the fake driver's profile must show it)."""
-    from conformance import class_selectors
 
     everything = [k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items]
     best: tuple | None = None
