@@ -173,17 +173,17 @@ def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
             backend, cluster_name, info = _cluster(checked, reporter)
             record = write_cluster(info, report_dir / CLUSTER_RECORD)
             facts = _facts(str(info.kubeconfig))
-            suite_env: dict[str, str] = {}
+            suite_args: list[str] = []
             if checked.vendor_file is not None and (checked.vendor_file.kubelet_plugin or checked.vendor_file.manifests):
                 # spec.manifests and spec.kubeletPlugin: set up here, so they are taken down below however
                 # the suite ends (pytest killed after its grace period included)
                 vendor_setup = vendor_plugin.VendorSetup(checked.vendor_file, Path(info.kubeconfig))
-                suite_env = vendor_setup.start(reporter)
+                suite_args = vendor_setup.start(reporter)
             driver_config = backend.suite_driver_config(cluster_name) if backend and cluster_name else None
             if driver_config is not None:  # the deployed fake driver, tested the way a vendor's driver is
                 checked.vendor_file = _suite_vendor_file(driver_config, str(info.kubeconfig), reporter)
                 options.driver_config = checked.vendor_file.source
-            code = _run_pytest(_pytest_command(options, record), reporter, suite_env)
+            code = _run_pytest(_pytest_command(options, record, suite_args), reporter)
         except KeyboardInterrupt as err:
             interrupted = err
         finally:
@@ -244,7 +244,7 @@ def _suite_vendor_file(path: Path, kubeconfig: str, reporter: Reporter):
     return loaded
 
 
-def _pytest_command(options: ConformanceOptions, cluster_record: Path) -> list[str]:
+def _pytest_command(options: ConformanceOptions, cluster_record: Path, extra: list[str] | None = None) -> list[str]:
     report_dir = options.report_dir
     command = [sys.executable, "-m", "pytest", str(CONFORMANCE_DIR), "-p", "no:cacheprovider",
                f"--dra-cluster-record={cluster_record}", f"--junitxml={report_dir / 'junit.xml'}",
@@ -255,16 +255,16 @@ def _pytest_command(options: ConformanceOptions, cluster_record: Path) -> list[s
         command.append(f"--dra-driver-config={options.driver_config}")
     if options.workers > 1:
         command += ["-n", str(options.workers)]
-    return command + options.pytest_args
+    return command + (extra or []) + options.pytest_args
 
 
-def _run_pytest(command: list[str], reporter: Reporter, extra_env: dict[str, str] | None = None) -> int:
+def _run_pytest(command: list[str], reporter: Reporter) -> int:
     """Run the suite; on an interruption, let pytest finish its teardown and write its results first.
 
     pytest runs in its own session, so a terminal's Ctrl-C reaches only us and pytest is told exactly
     once (SIGINT: it stops the running test, tears down and writes results.json and JUnit)."""
     reporter.info("running the conformance suite: pytest " + " ".join(command[3:]))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(command, env=env, start_new_session=True)
     try:
         return proc.wait()

@@ -16,7 +16,7 @@ from harness.k8s import wait
 FAKE_DRIVERS = "dra_fake_drivers"  # attribute on the test item: the fake drivers its fixture started
 
 
-def _vendor_parts(k8s, vendor) -> list[str]:
+def _vendor_parts(k8s, vendor, plugins_record: str | None) -> list[str]:
     """Vendor mode: the vendor's slices and DeviceClasses as the cluster has them, and its plugin's log."""
     if vendor is None:
         return []
@@ -35,7 +35,8 @@ def _vendor_parts(k8s, vendor) -> list[str]:
 
     logs = [Path(vendor.plugin_log).expanduser()] if vendor.plugin_log else []
     try:
-        logs += [plugin.log for plugin in vendor_plugin.load_plugins()]  # spec.kubeletPlugin: started by us
+        # spec.kubeletPlugin: the plugins the run started
+        logs += [plugin.log for plugin in vendor_plugin.load_plugins(plugins_record)]
     except Exception as err:
         parts.append(f"--- the vendor plugins' record cannot be read: {err}")
     for log in logs:
@@ -62,7 +63,7 @@ def collect(item, report_dir: str | None, vendor=None) -> str | None:
                      + yaml.safe_dump_all(slices, sort_keys=False)[:20000])
         if driver.errors:
             parts.append("driver errors: " + "; ".join(driver.errors[-10:]))
-    parts += _vendor_parts(k8s, vendor)
+    parts += _vendor_parts(k8s, vendor, item.config.getoption(vendor_plugin.PLUGINS_OPTION))
     cluster = item.funcargs.get("dra_cluster")
     if cluster is not None:  # the cluster record says where its backend keeps component logs
         for log, text in backends.get(cluster.backend).collect_logs(cluster, lines=30).items():

@@ -69,6 +69,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dra-features", default="", help="comma-separated feature gates: run only their tests")
     group.addoption("--dra-report-dir", default=os.environ.get("DRA_HARNESS_REPORT_DIR"),
                     help="write failure diagnostics (objects, events, component logs) here")
+    # What `dra-harness conformance run` set up from the vendor file before it started pytest (plain
+    # pytest sets them up itself and leaves these unset)
+    group.addoption(vendor_plugin.SET_UP_OPTION, action="store_true",
+                    help="the vendor file's spec.manifests and spec.kubeletPlugin are set up already")
+    group.addoption(vendor_plugin.PLUGINS_OPTION, default=None, metavar="RECORD_JSON",
+                    help="the record of the vendor kubelet plugins the run started (restart/stop checks)")
     group.addoption("--dra-fake-variant", default=None,
                     help="self-tests only: make the fake driver deliberately broken (fake_devices.variants)")
 
@@ -122,7 +128,7 @@ def pytest_configure(config: pytest.Config) -> None:
             kubeconfig = _given_cluster_kubeconfig(options)
             if kubeconfig is not None and workerinput is None:
                 # the cluster is there already: refuse a file it contradicts before any test starts
-                set_up = os.environ.get(vendor_plugin.SETUP_ENV) == "1"  # by `conformance run`
+                set_up = config.getoption(vendor_plugin.SET_UP_OPTION)  # by `conformance run`
                 clients = Clients(kubeconfig)
                 try:
                     vendor.check_against_cluster(loaded, clients, manifests_installed=set_up)
@@ -130,10 +136,12 @@ def pytest_configure(config: pytest.Config) -> None:
                     clients.close()
                 if not set_up and (loaded.kubelet_plugin or loaded.manifests):
                     # plain pytest: this process sets up what `conformance run` would, and takes it down
-                    # in pytest_unconfigure; the workers it starts later inherit the environment
+                    # in pytest_unconfigure; the xdist workers it starts later get its options
                     setup = vendor_plugin.VendorSetup(loaded, kubeconfig)
-                    os.environ.update(setup.start())
                     config.stash[_VENDOR_SETUP] = setup
+                    setup.start()
+                    config.option.dra_vendor_set_up = True
+                    config.option.dra_vendor_plugins = str(setup.record) if setup.record else None
         except (InvalidInput, HarnessError) as err:
             raise pytest.UsageError(str(err)) from None
     variant = config.getoption("--dra-fake-variant")
@@ -146,8 +154,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     setup = config.stash.get(_VENDOR_SETUP, None)
     if setup is not None:
         left = setup.close()
-        for name in (vendor_plugin.SETUP_ENV, vendor_plugin.PLUGINS_ENV):
-            os.environ.pop(name, None)
         if left:
             print(f"dra-harness: vendor clean-up left {left}")
 
@@ -375,7 +381,7 @@ def vendor_plugins(request: pytest.FixtureRequest) -> list:
     vendor = vendor_driver(request.config)
     if vendor is None:
         pytest.skip("vendor mode only (--dra-driver-config): the fake driver's plugins are in `real_node`")
-    plugins = vendor_plugin.load_plugins()
+    plugins = vendor_plugin.load_plugins(request.config.getoption(vendor_plugin.PLUGINS_OPTION))
     if not plugins:
         pytest.skip(f"the vendor file {vendor.source} has no spec.kubeletPlugin: the harness did not start the "
                     "plugin, so it cannot stop or restart it")

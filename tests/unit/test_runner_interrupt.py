@@ -46,7 +46,7 @@ suite, report_dir = sys.argv[1], sys.argv[2]
 runner.plan = lambda options: runner.Plan(options, kubeconfig="unused")
 runner._cluster = lambda checked, reporter: (None, None, ClusterInfo("none", "existing", Path("unused"), "unused"))
 runner._facts = lambda kubeconfig: {}
-runner._pytest_command = lambda options, cluster_record: [
+runner._pytest_command = lambda options, cluster_record, extra=None: [
     sys.executable, "-m", "pytest", suite, "-p", "no:cacheprovider",
     f"--dra-report-dir={report_dir}", f"--junitxml={report_dir}/junit.xml", "-q"]
 sys.argv = ["dra-harness", "conformance", "run", "--backend", "existing", "--report-dir", report_dir]

@@ -149,3 +149,13 @@ def test_a_plugin_that_never_registers_times_out_and_is_stopped(tmp_path):
     assert time.monotonic() - started < 15
     assert f"not ready after 2s: no a registration socket of gpu.acme.example in {tmp_path}/reg" in str(caught.value)
     assert plugin.running() is None  # nothing left behind
+
+
+def test_the_suite_learns_what_the_run_set_up_from_its_arguments(tmp_path):
+    """`conformance run` hands the suite its vendor set-up as pytest options (no inherited
+    environment variable): the set-up flag, and the plugin record when it started plugins."""
+    setup = vendor_plugin.VendorSetup(vendor=None, kubeconfig=tmp_path / "kubeconfig")  # type: ignore[arg-type]
+    assert setup.suite_arguments() == ["--dra-vendor-set-up"]
+    setup.record = tmp_path / "vendor-plugins.json"
+    assert setup.suite_arguments() == ["--dra-vendor-set-up", f"--dra-vendor-plugins={tmp_path / 'vendor-plugins.json'}"]
+    assert vendor_plugin.load_plugins(None) == []  # no record: no plugin of ours to restart

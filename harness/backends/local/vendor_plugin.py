@@ -5,7 +5,7 @@ The plugin is a host process of the local cluster (`process.start`: its own sess
 the cluster's `pids/`, its output in `logs/vendor-plugin-<node>.log`), so `cluster down` stops it
 even after a crash of the run. It is stopped as a whole process group: a vendor's command may be a
 wrapper script whose children must go too. Its record (`vendor-plugins.json` in the cluster
-directory, named to the suite by PLUGINS_ENV) lets a test restart it (`VendorPlugin.restart`).
+directory, named to the suite by PLUGINS_OPTION) lets a test restart it (`VendorPlugin.restart`).
 
 The placeholders of spec.kubeletPlugin are the node's real host paths, `node_paths`; the command
 `dra-harness cluster node-paths` prints the same for vendors who start their plugin themselves.
@@ -31,8 +31,10 @@ from harness.core.errors import ComponentError, ConfigError, HarnessError, Probl
 from harness.core.nodelayout import RealNodeRecord, records
 from harness.k8s.client import Clients
 
-PLUGINS_ENV = "DRA_HARNESS_VENDOR_PLUGINS"  # for the suite: the record file of the plugins this run started
-SETUP_ENV = "DRA_HARNESS_VENDOR_SETUP"  # for the suite: spec.manifests and spec.kubeletPlugin are set up already
+# The suite's options (harness.pytest_plugin) that hand it what a run set up: an explicit argument
+# of the pytest command, not an inherited environment variable.
+SET_UP_OPTION = "--dra-vendor-set-up"  # spec.manifests and spec.kubeletPlugin are set up already
+PLUGINS_OPTION = "--dra-vendor-plugins"  # the record file of the plugins this run started
 RECORD_FILE = "vendor-plugins.json"
 READY_TIMEOUT = 60.0  # registration socket and first slices; the example driver needs ~1 s
 STOP_GRACE = 10.0  # SIGTERM -> SIGKILL: the kubelet plugin library shuts its gRPC servers down in this time
@@ -203,9 +205,9 @@ def _tail_from(log: Path, offset: int, lines: int = 30) -> str:
         return ""
 
 
-def load_plugins(record: str | Path | None = None) -> list[VendorPlugin]:
-    """The plugins a run started, from the record file named by PLUGINS_ENV (or `record`)."""
-    path = record or os.environ.get(PLUGINS_ENV)
+def load_plugins(record: str | Path | None) -> list[VendorPlugin]:
+    """The plugins a run started, from its record file (the suite's PLUGINS_OPTION); none without one."""
+    path = record
     if not path:
         return []
     try:
@@ -225,9 +227,9 @@ class VendorSetup:
     created: list[tuple[Manifest, str]] = field(default_factory=list)  # (manifest, uid of what we created)
     record: Path | None = None
 
-    def start(self, reporter=None) -> dict[str, str]:
-        """Set everything up; returns the environment the suite needs (SETUP_ENV, PLUGINS_ENV). On any failure
-        what was already set up is taken down again before the error is raised."""
+    def start(self, reporter=None) -> list[str]:
+        """Set everything up; returns the arguments that tell the suite so (`suite_arguments`). On any
+        failure what was already set up is taken down again before the error is raised."""
         try:
             clients = Clients(self.kubeconfig)
             try:
@@ -242,7 +244,7 @@ class VendorSetup:
                 clients.close()
             plugin = self.vendor.kubelet_plugin
             if plugin is None:
-                return {SETUP_ENV: "1"}
+                return self.suite_arguments()
             cluster, nodes = real_nodes(self.kubeconfig, self.vendor.source)
             for node in nodes:
                 values = node_paths(cluster, node)
@@ -255,10 +257,14 @@ class VendorSetup:
                 started.start(wait_for_slices=True)
             self.record = cluster.directory / RECORD_FILE
             self.record.write_text(json.dumps([p.to_dict() for p in self.plugins], indent=2))
-            return {SETUP_ENV: "1", PLUGINS_ENV: str(self.record)}
+            return self.suite_arguments()
         except BaseException:
             self.close()
             raise
+
+    def suite_arguments(self) -> list[str]:
+        """The pytest arguments of a suite that runs on what this set up."""
+        return [SET_UP_OPTION] + ([f"{PLUGINS_OPTION}={self.record}"] if self.record is not None else [])
 
     @property
     def logs(self) -> list[Path]:
