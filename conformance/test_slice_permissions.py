@@ -49,6 +49,26 @@ def _slice(name: str, driver: str, node: str | None) -> dict:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}, "spec": spec}
 
 
+GRAPH_TIMEOUT = 60  # the authorizer's graph lags the create by milliseconds; seconds on a loaded machine
+
+
+def _readable(as_node, name: str, node: str):
+    """The node's own new slice, as soon as the Node authorizer lets the node read it."""
+    def read():
+        try:
+            return as_node.read_resource_slice(name)
+        except ApiException as err:
+            if err.status == 403 and "no relationship found" in (err.body or ""):
+                return None  # the graph has not seen the slice yet
+            raise
+
+    try:
+        return wait.until(f"node {node} to be allowed to read its own ResourceSlice {name}", read, GRAPH_TIMEOUT)
+    except wait.WaitTimeout:
+        pytest.fail(f"node {node} created ResourceSlice {name} but was still refused reading it {GRAPH_TIMEOUT} s "
+                    "later (Node authorizer: no relationship between the node and its own slice)", pytrace=False)
+
+
 def _refused(call, *args, **kwargs) -> str:
     """The API's 403 message for a call that must be refused; fails naming the call when it is not."""
     try:
@@ -89,8 +109,9 @@ def test_a_node_writes_only_its_own_resource_slices(k8s: Clients, slices):
                 raise
             pytest.skip(f"the cluster under test does not let node {node} publish its own ResourceSlice "
                         f"(no Node authorizer/NodeRestriction as 1.37 defines them?): {err.body}")
-        # Reading and changing its own slice: allowed.
-        assert as_node.read_resource_slice(own).spec.node_name == node
+        # Reading and changing its own slice: allowed, once the Node authorizer's graph (fed by an
+        # informer, so a moment behind the create) relates the new slice to the node.
+        assert _readable(as_node, own, node).spec.node_name == node
         as_node.patch_resource_slice(own, {"spec": {"devices": [{"name": "dev-0"}, {"name": "dev-1"}]}})
         listed = as_node.list_resource_slice(field_selector=f"spec.nodeName={node}").items
         assert own in {s.metadata.name for s in listed}
