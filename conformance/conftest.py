@@ -156,6 +156,24 @@ def devices_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespa
     return pool
 
 
+def _pool_of_driver_under_test(request: pytest.FixtureRequest, k8s: Clients, cluster_objects, unique_name,
+                               profile: str, build, amount, fake_only: dict | None = None) -> under_test.DevicePool:
+    """`build(...)` (an under_test.*_pool) over a fresh fake-driver instance with `profile` on a simulated
+    node, or over the vendor's driver in vendor mode (its tests take turns: `vendor_turn`)."""
+    vendor = vendor_driver(request.config)
+    make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
+    if vendor is None:
+        fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): profile})
+        classes = [c.metadata.name for c in k8s.resource.list_device_class(
+            label_selector=f"{INSTANCE_LABEL}={fake.config.instance}").items]
+        return build(k8s, fake.drivers.all(), classes, (), amount, make, image=objects.PAUSE_IMAGE,
+                     pull_policy="IfNotPresent", vendor=False, fake=fake, **(fake_only or {}))
+    request.getfixturevalue("vendor_turn")  # waits for this test's turn (once)
+    return build(k8s, vendor.drivers, list(vendor.device_classes.values()),
+                 request.getfixturevalue("cluster_facts").kubelet_nodes, amount, make, image=vendor.test_image,
+                 pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
+
+
 @pytest.fixture
 def partitions_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str, cluster_objects,
                           unique_name):
@@ -164,24 +182,9 @@ def partitions_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_name
     consume from them (partitionable devices): a fresh fake-driver instance with the a100-mig profile
     (MIG placements), or the vendor's driver where its slices show such devices. In vendor mode the tests
     using the vendor's devices take turns (`vendor_turn`)."""
-
-    vendor = vendor_driver(request.config)
-    make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
-
     def pool(sets: int = 1) -> under_test.DevicePool:
-        if vendor is None:
-
-            fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): "a100-mig"})
-            classes = [c.metadata.name for c in k8s.resource.list_device_class(
-                label_selector=f"{INSTANCE_LABEL}={fake.config.instance}").items]
-            return under_test.partition_pool(k8s, fake.drivers.all(), classes, (), sets, make,
-                                              image=objects.PAUSE_IMAGE, pull_policy="IfNotPresent", vendor=False,
-                                              fake=fake)
-        request.getfixturevalue("vendor_turn")  # waits for this test's turn (once)
-        return under_test.partition_pool(k8s, vendor.drivers, list(vendor.device_classes.values()),
-                                         request.getfixturevalue("cluster_facts").kubelet_nodes, sets, make,
-                                         image=vendor.test_image,
-                                         pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
+        return _pool_of_driver_under_test(request, k8s, cluster_objects, unique_name, "a100-mig",
+                                          under_test.partition_pool, sets)
 
     return pool
 
@@ -193,24 +196,9 @@ def shareable_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_names
     that allow multiple allocations and publish capacities with a request policy (consumable capacity):
     a fresh fake-driver instance's NVMe drives (profile tiny), or the vendor's driver where its slices
     show such devices. In vendor mode the tests using the vendor's devices take turns (`vendor_turn`)."""
-
-    vendor = vendor_driver(request.config)
-    make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
-
     def pool(count: int = 1) -> under_test.DevicePool:
-        if vendor is None:
-
-            fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): "tiny"})
-            classes = [c.metadata.name for c in k8s.resource.list_device_class(
-                label_selector=f"{INSTANCE_LABEL}={fake.config.instance}").items]
-            return under_test.shareable_pool(k8s, fake.drivers.all(), classes, (), count, make,
-                                             image=objects.PAUSE_IMAGE, pull_policy="IfNotPresent", vendor=False,
-                                             fake=fake)
-        request.getfixturevalue("vendor_turn")  # waits for this test's turn (once)
-        return under_test.shareable_pool(k8s, vendor.drivers, list(vendor.device_classes.values()),
-                                         request.getfixturevalue("cluster_facts").kubelet_nodes, count, make,
-                                         image=vendor.test_image,
-                                         pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
+        return _pool_of_driver_under_test(request, k8s, cluster_objects, unique_name, "tiny",
+                                          under_test.shareable_pool, count)
 
     return pool
 
@@ -225,32 +213,22 @@ def fractional_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_name
     slices show such devices. A vendor driver that publishes none: not applicable, or a failure when the
     vendor file claims DRAFractionalCapacityRange. In vendor mode the tests using the vendor's devices
     take turns (`vendor_turn`)."""
-
     vendor = vendor_driver(request.config)
-    make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
 
     def pool(count: int | None = 1) -> under_test.DevicePool:
-        if vendor is None:
-
-            fake = request.getfixturevalue("fake_driver")({request.getfixturevalue("simulated_node"): "nvme-storage"})
-            classes = [c.metadata.name for c in k8s.resource.list_device_class(
-                label_selector=f"{INSTANCE_LABEL}={fake.config.instance}").items]
-            return under_test.fractional_pool(k8s, fake.drivers.all(), classes, (), count, make, required=True,
-                                              image=objects.PAUSE_IMAGE, pull_policy="IfNotPresent", vendor=False,
-                                              fake=fake)
-        request.getfixturevalue("vendor_turn")  # waits for this test's turn (once)
-        published = [d for driver in vendor.drivers for d in under_test.all_devices(k8s, driver)]
-        missing = under_test.fractional_missing(vendor.drivers, published)
-        if missing is not None:
-            # a capability the vendor file claims and the slices contradict is a failure, not a skip
-            if "DRAFractionalCapacityRange" in vendor.features:
-                pytest.fail(f"{vendor.source}: spec.features claims DRAFractionalCapacityRange, but {missing}",
-                            pytrace=False)
-            request.node.user_properties.append(("dra_not_applicable", missing))
-            pytest.skip(f"not applicable: {missing}")
-        return under_test.fractional_pool(k8s, vendor.drivers, list(vendor.device_classes.values()),
-                                          request.getfixturevalue("cluster_facts").kubelet_nodes, count, make,
-                                          image=vendor.test_image,
-                                          pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
+        if vendor is not None:
+            # the turn first: another test may have the vendor's plugin (and so its slices) gone meanwhile
+            request.getfixturevalue("vendor_turn")
+            published = [d for driver in vendor.drivers for d in under_test.all_devices(k8s, driver)]
+            missing = under_test.fractional_missing(vendor.drivers, published)
+            if missing is not None:
+                # a capability the vendor file claims and the slices contradict is a failure, not a skip
+                if "DRAFractionalCapacityRange" in vendor.features:
+                    pytest.fail(f"{vendor.source}: spec.features claims DRAFractionalCapacityRange, but {missing}",
+                                pytrace=False)
+                request.node.user_properties.append(("dra_not_applicable", missing))
+                pytest.skip(f"not applicable: {missing}")
+        return _pool_of_driver_under_test(request, k8s, cluster_objects, unique_name, "nvme-storage",
+                                          under_test.fractional_pool, count, fake_only={"required": True})
 
     return pool
