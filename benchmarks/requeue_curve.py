@@ -24,7 +24,7 @@ from pathlib import Path
 
 import bench_backend  # benchmarks/ is the script's directory
 
-from harness.core.errors import InvalidInput
+from harness.core.errors import HarnessError, InvalidInput
 from harness.core.progress import Reporter
 from harness.jobs import load_runner
 from load import curve, scenarios
@@ -33,7 +33,13 @@ METRICS = {"scheduler_cpu_ms_per_event": "scheduler CPU per event (ms)", "p50_ms
 
 
 def one_run(params: scenarios.LoadParams, hints: bool, report_dir: Path) -> dict:
-    summary = load_runner.run(params, report_dir=report_dir, hints=hints, reporter=Reporter(quiet=True))
+    try:
+        summary = load_runner.run(params, report_dir=report_dir, hints=hints, reporter=Reporter(quiet=True))
+    except HarnessError as err:  # one failed run is a row with its error; the sweep goes on
+        return {"scenario": params.scenario, "nodes": params.nodes, "waiting": params.pending, "hints": hints,
+                "events": 0, "failures": params.events, "p50_ms": None, "p99_ms": None,
+                "scheduler_cpu_ms_per_event": None, "missed_requeues": None, "others_percent": None,
+                "contended": None, "report": str(report_dir), "error": str(err).splitlines()[0][:300]}
     measured = summary["latency_ms"]["n"]
     cpu = (summary.get("scheduler_window") or {}).get("cpuSeconds")
     cond = summary.get("conditions") or {}
@@ -92,6 +98,18 @@ WHY_LOCAL = ("compares SchedulerPreQueueingHints on and off, which only a cluste
              "switch (each run is `load run` on a fresh local cluster)")
 
 
+def write_results(rows: list[dict], sizes: list[int], report_dir: Path) -> dict:
+    """curve.json (rows and their summary) and curve.csv for the runs so far; returns the summary."""
+    summary = aggregate(rows, sizes)
+    (report_dir / "curve.json").write_text(json.dumps({"rows": rows, "summary": summary}, indent=2))
+    with open(report_dir / "curve.csv", "w", newline="") as handle:
+        fields = list(dict.fromkeys(key for row in rows for key in row))
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return summary
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="device-freed",
@@ -134,16 +152,15 @@ def main() -> int:
                 row = {**one_run(grid[size], hints, cell), "repeat": repeat + 1}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    summary = aggregate(rows, sizes)
-    (args.report_dir / "curve.json").write_text(json.dumps({"rows": rows, "summary": summary}, indent=2))
-    with open(args.report_dir / "curve.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    plot(summary, sizes, args.report_dir, args.scenario)
+                # Written after every run: a sweep stopped after some repetitions still leaves its data.
+                summary = write_results(rows, sizes, args.report_dir)
+        plot(summary, sizes, args.report_dir, args.scenario)
     contended = sum(1 for r in rows if r["contended"])
+    failed = [r for r in rows if r.get("error")]
     print(f"{len(rows)} runs in {time.monotonic() - started:.0f}s; {contended} contended "
-          "(others took more than 10 % of the machine)")
+          f"(others took more than 10 % of the machine); {len(failed)} failed")
+    for row in failed:
+        print(f"failed: {row['waiting']} waiting, hints {'on' if row['hints'] else 'off'}: {row['error']}")
     for metric in METRICS:
         for mode in summary[metric].values():
             print("verdict: " + mode["verdict"] + (" [CONTENDED runs included]" if contended else ""))

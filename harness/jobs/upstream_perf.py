@@ -234,6 +234,8 @@ def run(workload: str, binary: Path, out_dir: Path, *, version: str, etcd_dir: P
         reporter: Reporter) -> dict:
     """One upstream workload, bounded by `timeout`; its figures and the run's conditions."""
     spec = WORKLOADS[workload]
+    # The test binary runs in its package's directory: a relative --report-dir would point elsewhere.
+    out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="dra-harness-scheduler-perf-"))
     env = dict(os.environ, PATH=f"{etcd_dir}{os.pathsep}{os.environ.get('PATH', '')}", TMPDIR=str(scratch),

@@ -114,3 +114,24 @@ def test_a_failed_upstream_run_is_recorded_and_the_others_still_run(tmp_path, mo
     rows = json.loads((tmp_path / "r" / "bench-upstream.json").read_text())
     assert "failed" in rows[0]["upstream"] and rows[1]["upstream"]["scheduling_throughput"]["Average"] == 9.0
     assert "upstream FAILED" in out.getvalue() and "average 9.0 pods/s" in out.getvalue()
+
+
+def test_a_relative_report_dir_reaches_the_test_binary_as_an_absolute_path(tmp_path, monkeypatch):
+    # The binary runs in its package's directory, so a relative ARTIFACTS / -data-items-dir would be
+    # resolved from there (measured: "Failed to create per-test log output file ... no such file").
+    package = tmp_path / "package"
+    package.mkdir()
+    binary = tmp_path / "fake.test"
+    binary.write_text('#!/bin/sh\necho "$ARTIFACTS $*" > "$ARTIFACTS/seen"\nexit 1\n')
+    binary.chmod(0o755)
+    monkeypatch.setattr(upstream_perf, "package_dir", lambda *a: package)
+    monkeypatch.chdir(tmp_path)
+    from harness.core.errors import HarnessError
+    from harness.core.progress import Reporter
+
+    with pytest.raises(HarnessError, match="no result line"):
+        upstream_perf.run("SchedulingWithResourceClaimTemplate/fast", binary, tmp_path.joinpath("r").relative_to(tmp_path),
+                          version="1.37.2", etcd_dir=tmp_path, timeout=30, reporter=Reporter(quiet=True))
+    artifacts, *args = (tmp_path / "r" / "seen").read_text().split()
+    assert artifacts == str(tmp_path / "r")
+    assert f"-data-items-dir={tmp_path / 'r'}" in args
