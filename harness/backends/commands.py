@@ -13,6 +13,7 @@ fake `run` and `which` and sees exactly the commands that would run.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import shutil
 import subprocess
@@ -21,6 +22,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
@@ -171,10 +174,22 @@ class Runner:
 
 
 def _kill(*processes) -> None:
+    """Kill each process still running and everything it started: `kind create cluster` runs `docker
+    run`s of its own, which would go on creating containers after the clean-up."""
     for process in processes:
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        if process is None or process.poll() is not None:
+            continue
+        descendants = []
+        with contextlib.suppress(psutil.Error):
+            parent = psutil.Process(process.pid)
+            parent.suspend()  # it starts nothing new while its children are collected
+            descendants = parent.children(recursive=True)
+        process.kill()
+        process.wait()
+        for child in descendants:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(descendants, timeout=10)
 
 
 def _drain(stream, captured: dict[str, bytes], key: str) -> threading.Thread:

@@ -522,15 +522,14 @@ class KindBackend(Backend):
         return path
 
     def _remove_node_containers(self, name: str, tools: Tools) -> None:
-        """The cluster's containers `kind delete` did not remove. Measured: Ctrl-C just after kind
-        created the node containers left all three stored (stopped) in our dockerd's data root."""
-        listing = run_quiet([tools.docker, "ps", "--all", "--quiet", f"--filter=label={KIND_CLUSTER_LABEL}={name}"],
-                            timeout=60, env=tools.env)
-        ids = listing.stdout.split() if listing.returncode == 0 else []
-        if ids:
-            removed = run_quiet([tools.docker, "rm", "--force", "--volumes", *ids], timeout=300, env=tools.env)
-            if removed.returncode != 0:
-                self.reporter.info(f"could not remove the containers of {name}: {removed.stderr.strip()[-300:]}")
+        """The cluster's containers `kind delete` did not remove: those of `docker run`s the daemon was
+        still serving when kind was interrupted (measured: Ctrl-C just after kind created the node
+        containers left all three stored, "Created", in our dockerd's data root)."""
+        problems = docker.remove_containers(
+            [tools.docker], (f"label={KIND_CLUSTER_LABEL}={name}",),
+            run=lambda argv, timeout: run_quiet(argv, timeout, env=tools.env))
+        for problem in problems:
+            self.reporter.info(f"could not remove the containers of {name}: {problem}")
 
     def _refuse_existing(self, name: str, tools: Tools) -> None:
         if name in self._kind_clusters(tools):

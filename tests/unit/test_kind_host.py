@@ -409,3 +409,46 @@ def test_a_dockerd_that_dies_while_starting_is_reported_with_its_log(fake_engine
     assert err.value.log_file == layout.log and "no space" in layout.log.read_text()
     assert not layout.socket.exists() and not layout.record.exists()
     assert machine == [("acquire", layout.root), ("release", layout.root)]  # a failed start leaves the record too
+
+
+class _Daemon:
+    """A fake engine for `docker ps`/`docker rm` whose in-flight `docker run`s finish at given times."""
+
+    def __init__(self, arrivals: dict[float, list[str]], now: list[float]):
+        self.arrivals, self.now, self.containers, self.removed = arrivals, now, set(), []
+
+    def run(self, argv, timeout):
+        for at in [t for t in self.arrivals if t <= self.now[0]]:
+            self.containers.update(self.arrivals.pop(at))
+        if argv[1] == "ps":
+            return subprocess.CompletedProcess(argv, 0, "\n".join(sorted(self.containers)), "")
+        self.removed.append(argv[4:])
+        self.containers -= set(argv[4:])
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+def test_containers_that_appear_after_the_first_removal_are_removed_too():
+    # Ctrl-C during `kind create cluster`: two node containers exist, the daemon finishes a third
+    # `docker run` 3 s later. One pass would leave the third stored as "Created".
+    now = [0.0]
+    daemon = _Daemon({0.0: ["a", "b"], 3.0: ["c"]}, now)
+    sleep = lambda seconds: now.__setitem__(0, now[0] + seconds)  # noqa: E731
+    problems = docker.remove_containers(["docker"], ("label=x",), run=daemon.run, clock=lambda: now[0],
+                                        sleep=sleep, settle=5)
+    assert problems == []
+    assert daemon.removed == [["a", "b"], ["c"]] and not daemon.containers
+    assert now[0] >= 3 + 5  # it waited a quiet period after the last one
+
+
+def test_containers_that_keep_appearing_are_reported_not_waited_for_forever():
+    now = [0.0]
+    daemon = _Daemon({float(t): [f"c{t}"] for t in range(0, 400, 2)}, now)
+    problems = docker.remove_containers(["docker"], (), run=daemon.run, clock=lambda: now[0],
+                                        sleep=lambda s: now.__setitem__(0, now[0] + s), settle=5, timeout=30)
+    assert len(problems) == 1 and "kept appearing for 30s" in problems[0]
+    assert now[0] <= 32
+
+
+def test_a_failing_docker_is_reported_with_its_words():
+    failing = lambda argv, timeout: subprocess.CompletedProcess(argv, 1, "", "Cannot connect to the Docker daemon")  # noqa: E731
+    assert docker.remove_containers(["docker"], (), run=failing) == ["docker ps: Cannot connect to the Docker daemon"]

@@ -89,3 +89,32 @@ def test_interrupted_run_keeps_the_finished_tests(tmp_path, signum):
     assert "report (interrupted):" in output
     # pytest (in its own session) is gone too
     assert subprocess.run(["pgrep", "-f", str(suite)], capture_output=True).stdout == b""
+
+
+def test_a_command_stopped_by_the_runner_takes_what_it_started_with_it(tmp_path):
+    # `kind create cluster` runs `docker run`s: killed alone, they would go on after the clean-up.
+    import threading
+
+    import psutil
+
+    from harness.backends.commands import Runner, command
+
+    pids = tmp_path / "pids"
+    script = f"sleep 300 & echo $! > {pids}; wait"
+    runner = Runner()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run(command("parent with a child", "sh", "-c", script, timeout=5))
+        except BaseException as err:  # noqa: BLE001 - the step's timeout is the expected end
+            failure.append(err)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait.until("the child's pid", lambda: pids.is_file() and pids.read_text().strip(), timeout=30)
+    thread.join(timeout=60)
+    child = int(pids.read_text())
+    assert failure and "did not finish within" in str(failure[0])
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE, \
+        f"the step's child {child} outlived it"

@@ -47,6 +47,8 @@ RUNTIME_NAME = "dra-harness-runc"
 RUNC_CANDIDATES = ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
+SETTLE_SECONDS = 5.0  # no new container for this long: the daemon has served its last interrupted `docker run`
+SETTLE_TIMEOUT = 120.0
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its terminating NUL
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 RUNTIME_DIRS = (Path("/run/containerd/s"), Path("/run/containerd"))
@@ -337,18 +339,39 @@ def _identity(pid: int) -> dict:
     return process.identity(pid)
 
 
+def remove_containers(docker: list[str], filters: tuple[str, ...] = (), *, run: Run = _run,
+                      clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                      settle: float = SETTLE_SECONDS, timeout: float = SETTLE_TIMEOUT) -> list[str]:
+    """Remove the containers matching `filters` (`docker` is the CLI with its --host), and go on until
+    none has appeared for `settle` seconds: a `docker run` whose client was interrupted is still served
+    by the daemon (measured: Ctrl-C during `kind create cluster` left three "Created" node containers
+    whose creation time followed the clean-up's first removal). Returns what could not be removed."""
+    deadline = clock() + timeout
+    quiet_since: float | None = None
+    while True:
+        listing = run([*docker, "ps", "--all", "--quiet", *(f"--filter={f}" for f in filters)], timeout=60)
+        if listing.returncode != 0:
+            return [f"docker ps: {(listing.stderr or '').strip()[-300:]}"]
+        ids = listing.stdout.split()
+        if ids:
+            out = run([*docker, "rm", "--force", "--volumes", *ids], timeout=300)
+            if out.returncode != 0:
+                return [f"docker rm {' '.join(ids)}: {(out.stderr or '').strip()[-300:]}"]
+            quiet_since = None
+        else:
+            quiet_since = clock() if quiet_since is None else quiet_since
+            if clock() - quiet_since >= settle:
+                return []
+        if clock() >= deadline:
+            return [f"containers kept appearing for {timeout:.0f}s ({' '.join(filters) or 'all'}); last: "
+                    f"{' '.join(ids) or 'none'}"]
+        sleep(1.0)
+
+
 def _remove_containers(layout: Layout, cli: str | None) -> list[str]:
-    """Remove every container of our dockerd once its last user has left: none may outlive the users
-    (measured: `docker run`s of an interrupted `kind create` finished in the daemon after kind's own
-    clean-up, and stayed stored, stopped, in the data root)."""
-    if not cli:
-        return []
-    listing = _run([cli, f"--host={layout.host}", "ps", "--all", "--quiet"], timeout=60)
-    ids = listing.stdout.split() if listing.returncode == 0 else []
-    if not ids:
-        return []
-    out = _run([cli, f"--host={layout.host}", "rm", "--force", "--volumes", *ids], timeout=300)
-    return [f"docker rm {' '.join(ids)}: {(out.stderr or '').strip()}"] if out.returncode != 0 else []
+    """Remove every container of our dockerd once its last user has left: none may outlive the users."""
+    # settle=0: the users' own clean-ups waited for interrupted `docker run`s; this pass is a backstop
+    return remove_containers([cli, f"--host={layout.host}"], settle=0) if cli else []
 
 
 def _remove_networks(layout: Layout, cli: str | None) -> list[str]:
