@@ -214,6 +214,40 @@ def parse_data_items(text: str) -> list[dict]:
     return items
 
 
+# scheduler_perf's own check of a workload's `threshold` (tuned for upstream's CI machines), e.g.
+# `expected "SchedulingThroughput" "Average" to be higher: got 33.395522, want 56.000000`.
+_THRESHOLD_MISS = re.compile(r'expected "(?P<metric>[^"]+)" "(?P<statistic>[^"]+)" to be higher: '
+                             r'got (?P<got>[\d.]+), want (?P<want>[\d.]+)')
+
+
+def below_threshold(text: str) -> dict | None:
+    """When a run's only errors are misses of upstream's throughput threshold: what it got and wanted
+    (the measurement itself completed and is in the data-items file). None for any other failure."""
+    misses = list(_THRESHOLD_MISS.finditer(text))
+    if not misses or text.count("ERROR:") != len(misses):
+        return None
+    first = misses[0]
+    return {"metric": first["metric"], "statistic": first["statistic"], "got": float(first["got"]),
+            "want": float(first["want"])}
+
+
+def values_from_data_items(out_dir: Path, workload: str) -> dict[str, float]:
+    """A workload's SchedulingThroughput from the data-items files in `out_dir`, in the form of a
+    benchmark line's values ({"SchedulingThroughput/Average": ...}); {} when there is none."""
+    prefix = f"BenchmarkPerfScheduling/{workload}"
+    for path in sorted(out_dir.glob("BenchmarkPerfScheduling_benchmark_*.json")):
+        try:
+            items = parse_data_items(path.read_text())
+        except ValueError:
+            continue
+        for item in items:
+            labels = item.get("labels") or {}
+            if labels.get("Metric") == "SchedulingThroughput" and str(labels.get("Name", "")).startswith(prefix):
+                return {f"SchedulingThroughput/{key}": float(value) for key, value in (item.get("data") or {}).items()
+                        if isinstance(value, (int, float)) and not key.endswith("Threshold")}
+    return {}
+
+
 def ratio(ours: float | None, theirs: float | None) -> float | None:
     return round(ours / theirs, 2) if ours and theirs else None
 
@@ -269,6 +303,13 @@ def run(workload: str, binary: Path, out_dir: Path, *, version: str, etcd_dir: P
     text = log_path.read_text(errors="replace")
     lines = parse_bench_output(text)
     name = next((n for n in lines if n.startswith(f"BenchmarkPerfScheduling/{workload}")), None)
+    below = below_threshold(text) if code != 0 and name is None else None
+    if below is not None:  # measured, only slower than upstream's CI machines: a figure, not a failure
+        values = values_from_data_items(out_dir, workload)
+        if values:
+            name = f"BenchmarkPerfScheduling/{workload}"
+            lines[name] = values
+            code = 0
     if code != 0 or name is None:  # the conditions say whether a starved machine is the likely cause
         raise HarnessError(f"scheduler_perf {workload} failed (exit status {code}; "
                            f"{'no result line' if name is None else 'see the log'}; upstream "
@@ -276,6 +317,7 @@ def run(workload: str, binary: Path, out_dir: Path, *, version: str, etcd_dir: P
                            log_file=log_path, hint=_tail(text))
     values = lines[name]
     result = {"workload": workload, "benchmark": name, "pods": spec.measured_pods, "seconds": round(time.monotonic() - started, 1),
+              "below_upstream_threshold": below,
               "scheduling_throughput": throughput_of(values), "runtime_seconds": values.get("runtime_seconds"),
               "values": values, "conditions": measured.result, "log": str(log_path)}
     cpu = (measured.result or {}).get("own_cpu_seconds")
