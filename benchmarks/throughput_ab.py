@@ -19,6 +19,7 @@ from pathlib import Path
 
 import bench_backend  # benchmarks/ is the script's directory
 
+from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
 from harness.jobs import load_runner
 from load import scenarios
@@ -45,6 +46,9 @@ def table(rows: list[dict]) -> str:
              "(creation window) | own CPU per pod | others' CPU % | load avg | contended |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
+        if r.get("error"):
+            lines.append(f"| {i} | {r['hints']} | FAILED: {r['error']} | | | | | | | |")
+            continue
         lines.append(f"| {i} | {r['hints']} | {r['bound']}/{r['burst']} | {r['end_to_end_pods_per_second']} | "
                      f"{r['scheduler_perf_average']} / {r['scheduler_perf_perc50']} / {r['scheduler_perf_perc90']} | "
                      f"{r['creation_pods_per_second']} ({r['creation_seconds']} s) | "
@@ -83,7 +87,12 @@ def main() -> int:
     rows = []
     for i in range(args.repeats):
         for hints in (True, False):
-            row = one_run(params, hints, args.report_dir / f"run{i + 1}-hints-{'on' if hints else 'off'}")
+            cell = args.report_dir / f"run{i + 1}-hints-{'on' if hints else 'off'}"
+            try:
+                row = one_run(params, hints, cell)
+            except HarnessError as err:  # kept as a failed run; the other runs still go
+                row = {"hints": "on" if hints else "off", "complete": False, "error": str(err).splitlines()[0][:300],
+                       "report": str(cell)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(table(rows))
