@@ -71,7 +71,11 @@ def run(args, reporter: Reporter, out) -> int:
                 print(f"{workload} round {round_number}: upstream FAILED: {err}", file=out)
             row = {"workload": workload, "round": round_number, "upstream": theirs}
             if args.ab:
-                row["ours"] = _ours(spec, cell / "ours", reporter)
+                try:
+                    row["ours"] = _ours(spec, cell / "ours", reporter)
+                except HarnessError as err:  # recorded like an upstream failure; the next rounds still run
+                    row["ours"] = {"failed": str(err), "complete": False}
+                    print(f"{workload} round {round_number}: ours FAILED: {err}", file=out)
                 row["ratios"] = ratios(row["ours"], theirs)
             rows.append(row)
             for line in describe(row):
@@ -127,7 +131,7 @@ def describe(row: dict) -> list[str]:
         lines.append(f"  upstream's own threshold missed ({below['metric']} {below['statistic']} {below['got']:.1f}, "
                      f"its CI wants {below['want']:.0f}): recorded as measured, not as a failure")
     ours = row.get("ours")
-    if ours:
+    if ours and "failed" not in ours:
         o = ours.get("scheduling_throughput") or {}
         lines.append(f"  ours ({ours['scenario']}): SchedulingThroughput average {o.get('Average')} pods/s, end to end "
                      f"{ours.get('end_to_end_pods_per_second')} pods/s, {ours['pods']} pods, complete {ours['complete']}")

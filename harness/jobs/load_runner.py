@@ -115,6 +115,9 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = 
     if given:
         kubeconfig = str(_check_given_cluster(backend_name, kubeconfig))
     report.open_dir(report_dir, "--report-dir")
+    # Absolute: the files written here (the load profile, locust's results) are read by processes
+    # that run in other directories (the fake driver, locust).
+    report_dir = report_dir.resolve()
     reporter = reporter or Reporter()
     name = name or f"load-{params.scenario}-{os.getpid() % 10000}"
     backend = backend_class(reporter)

@@ -7,6 +7,7 @@ import csv
 import functools
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,12 +51,15 @@ def test_steady_state_measures_every_arrival(tmp_path, dra_run_id):
     assert (steady["arrivals"], steady["rate"]) == (6, 2.0), steady
 
 
-def test_extended_throughput_binds_every_pod_through_the_class(tmp_path, dra_run_id):
+def test_extended_throughput_binds_every_pod_through_the_class(tmp_path, dra_run_id, monkeypatch):
     """Pods asking for the extended resource (no claim in the manifest) all bind through the DeviceClass
-    that maps it."""
+    that maps it. The report directory is given relative (as `bench upstream --ab` does): the driver and
+    locust, which run elsewhere, still find the files written there."""
     params = scenarios.LoadParams("extended-throughput", nodes=3, pending=6, events=1, devices_per_node=2, users=4,
                                   time_limit=180)
-    summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-extt-{dra_run_id[:5]}")
+    monkeypatch.chdir(tmp_path)
+    summary = load_runner.run(params, report_dir=Path("report"), name=f"ld-extt-{dra_run_id[:5]}")
+    assert (tmp_path / "report" / "load-report.json").is_file()
     burst = summary["throughput"]
     assert burst["complete"] and summary["failures"] == 0 and burst["reasons"] == {}, burst
     assert burst["pods"] > 0 and burst["bound"] == burst["pods"] and burst["unbound"] == 0, burst

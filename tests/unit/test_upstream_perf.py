@@ -213,3 +213,30 @@ def test_our_side_still_runs_when_upstream_fails(tmp_path, monkeypatch):
     row = json.loads((tmp_path / "r" / "bench-upstream.json").read_text())[0]
     assert "failed" in row["upstream"] and row["ours"]["scheduling_throughput"]["Average"] == 3.0
     assert row["ratios"]["raw"] is None
+
+
+def test_a_failure_of_our_side_is_recorded_and_the_next_rounds_still_run(tmp_path, monkeypatch):
+    from harness.core.errors import HarnessError
+
+    monkeypatch.setattr(upstream_perf, "ensure_built", lambda *a: {p: tmp_path / "x.test" for p in upstream_perf.PACKAGES})
+    monkeypatch.setattr(upstream_perf, "etcd_directory", lambda *a: tmp_path)
+    monkeypatch.setattr(upstream_perf, "run", lambda workload, *a, **k: {
+        "workload": workload, "scheduling_throughput": {"Average": 9.0}, "runtime_seconds": 3.0, "cpu_seconds": 6.0,
+        "pods": 10, "conditions": {"contended": False, "others_percent_of_machine": 1.0, "own_percent_of_machine": 50.0,
+                                   "cpus": 2, "window_seconds": 6.0, "load_average_start": [0.5],
+                                   "load_average_end": [0.6]}})
+    calls = []
+
+    def ours(spec, report_dir, reporter):
+        calls.append(report_dir.parent.name)
+        raise HarnessError("fake-devices: exited during start with code 2")
+
+    monkeypatch.setattr(bench_cli, "_ours", ours)
+    out = io.StringIO()
+    code = cli.run(["-q", "bench", "upstream", "--ab", "--repeats", "2", "--workload",
+                    "SchedulingWithResourceClaimTemplate/fast", "--report-dir", str(tmp_path / "r")], out=out)
+    assert code == 1 and calls == ["round1", "round2"]
+    rows = json.loads((tmp_path / "r" / "bench-upstream.json").read_text())
+    assert [r["upstream"]["scheduling_throughput"]["Average"] for r in rows] == [9.0, 9.0]
+    assert all("exited during start" in r["ours"]["failed"] for r in rows)
+    assert "ours FAILED: fake-devices" in out.getvalue()
