@@ -124,7 +124,8 @@ def describe(row: dict) -> list[str]:
     t = theirs.get("scheduling_throughput") or {}
     lines = [] if "failed" in theirs else [
         f"{row['workload']} round {row['round']}: upstream SchedulingThroughput average {t.get('Average')} "
-        f"pods/s (Perc50 {t.get('Perc50')}, Perc90 {t.get('Perc90')}), runtime {theirs.get('runtime_seconds')}s, "
+        f"pods/s (Perc50 {t.get('Perc50')}, Perc90 {t.get('Perc90')}), runtime "
+        f"{'not reported' if theirs.get('runtime_seconds') is None else str(theirs['runtime_seconds']) + 's'}, "
         f"CPU {theirs.get('cpu_seconds')}s", "  upstream " + conditions.describe(theirs["conditions"])]
     below = theirs.get("below_upstream_threshold")
     if below:
