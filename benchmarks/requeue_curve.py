@@ -43,12 +43,16 @@ def one_run(params: scenarios.LoadParams, hints: bool, report_dir: Path) -> dict
     measured = summary["latency_ms"]["n"]
     cpu = (summary.get("scheduler_window") or {}).get("cpuSeconds")
     cond = summary.get("conditions") or {}
+    settle = (summary.get("queue_settle") or {}).get("after") or {}
     return {"scenario": params.scenario, "nodes": params.nodes, "waiting": params.pending, "hints": hints,
             "events": measured, "failures": summary["failures"], "p50_ms": summary["latency_ms"]["p50"],
             "p99_ms": summary["latency_ms"]["p99"],
             "scheduler_cpu_ms_per_event": round(1000 * cpu / measured, 2) if cpu and measured else None,
             "missed_requeues": (summary.get("scheduler") or {}).get("missedRequeues"),
             "others_percent": cond.get("others_percent_of_machine"), "contended": cond.get("contended"),
+            # after the last event: how long the scheduler took to retry what the events requeued (inside
+            # the window, so inside the cost per event)
+            "settle_seconds": settle.get("seconds"), "settled": settle.get("settled"),
             "report": str(report_dir / "load-report.json")}
 
 
