@@ -64,9 +64,12 @@ def aggregate(rows: list[dict], sizes: list[int]) -> dict:
             mode = f"hints {'on' if hints else 'off'}"
             mine = [r for r in rows if r["hints"] == hints]
             per_size = {size: curve.mean_ci([r[metric] for r in mine if r["waiting"] == size]) for size in sizes}
-            fit = curve.loglog_slope([(r["waiting"], r[metric]) for r in mine if r[metric] is not None])
-            result.setdefault(metric, {})[mode] = {"per_size": per_size, "fit": fit,
-                                                   "verdict": curve.verdict(f"{METRICS[metric]}, {mode}", fit)}
+            points = [(r["waiting"], r[metric]) for r in mine if r[metric] is not None]
+            fit = curve.loglog_slope(points)
+            linear = curve.linear_fit(points)
+            result.setdefault(metric, {})[mode] = {
+                "per_size": per_size, "fit": fit, "verdict": curve.verdict(f"{METRICS[metric]}, {mode}", fit),
+                "linear": linear, "linear_text": curve.describe_linear(f"{METRICS[metric]}, {mode}", linear)}
     return result
 
 
@@ -168,6 +171,7 @@ def main() -> int:
     for metric in METRICS:
         for mode in summary[metric].values():
             print("verdict: " + mode["verdict"] + (" [CONTENDED runs included]" if contended else ""))
+            print("  as a line: " + mode["linear_text"])
     return 0
 
 

@@ -75,3 +75,36 @@ def verdict(label: str, fit: dict) -> str:
     slope, half = fit.get("slope"), fit.get("ci95")
     numbers = "no slope" if slope is None else f"log-log slope {slope:.2f}" + (f" ± {half:.2f}" if half else "")
     return f"{label}: {growth(fit)} ({numbers}, {fit.get('n', 0)} runs)"
+
+
+def linear_fit(points: list[tuple[float, float]]) -> dict:
+    """Least squares y = intercept + slope * x over (x, y) points, with the slope's 95 % interval and R².
+
+    The log-log slope reads below 1 when a cost is a fixed part plus a part per waiting pod (the fixed
+    part flattens the small sizes); this fit gives the two parts themselves: a slope whose interval
+    excludes 0 means the cost per event grows with every waiting pod."""
+    usable = [(float(x), float(y)) for x, y in points if y is not None and math.isfinite(y)]
+    if len({x for x, _ in usable}) < 2:
+        return {"intercept": None, "slope": None, "slope_ci95": None, "r2": None, "n": len(usable)}
+    n = len(usable)
+    mean_x = statistics.fmean(x for x, _ in usable)
+    mean_y = statistics.fmean(y for _, y in usable)
+    sxx = sum((x - mean_x) ** 2 for x, _ in usable)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in usable) / sxx
+    intercept = mean_y - slope * mean_x
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in usable)
+    total = sum((y - mean_y) ** 2 for _, y in usable)
+    half = t95(n - 2) * math.sqrt(residual / (n - 2) / sxx) if n > 2 else None
+    return {"intercept": intercept, "slope": slope, "slope_ci95": half,
+            "r2": 1 - residual / total if total else None, "n": n}
+
+
+def describe_linear(label: str, fit: dict, unit: str = "ms") -> str:
+    """One line: the fixed part and the part per waiting pod, with the slope's interval."""
+    if fit.get("slope") is None:
+        return f"{label}: no linear fit (fewer than two sizes)"
+    half = fit.get("slope_ci95")
+    interval = f" ± {half:.3f}" if half is not None else " (no interval)"
+    r2 = f", R² {fit['r2']:.3f}" if fit.get("r2") is not None else ""
+    return (f"{label}: {fit['intercept']:.0f} {unit} + {fit['slope']:.3f}{interval} {unit} per waiting pod "
+            f"({fit['n']} runs{r2})")

@@ -46,3 +46,21 @@ def test_one_size_or_no_interval_is_undecided():
     assert fit["slope"] == pytest.approx(1.0)
     assert curve.growth(fit) == "undecided (no interval: too few repetitions)"
     assert curve.loglog_slope([(100, 0.0), (1000, math.nan)])["slope"] is None
+
+
+def test_linear_fit_recovers_a_fixed_part_plus_a_part_per_pod():
+    # cost = 140 ms + 1.7 ms per waiting pod, with a little noise: the log-log slope reads ~0.8, the
+    # linear fit gives the two parts back
+    points = [(n, (140 + 1.7 * n) * (1 + 0.01 * ((i % 3) - 1))) for n in (100, 300, 1000) for i in range(3)]
+    fit = curve.linear_fit(points)
+    assert fit["intercept"] == pytest.approx(140, abs=10)
+    assert fit["slope"] == pytest.approx(1.7, abs=0.05)
+    assert fit["slope_ci95"] < 0.1 and fit["r2"] > 0.99
+    assert 0.6 < curve.loglog_slope(points)["slope"] < 0.9
+    line = curve.describe_linear("cost", fit)
+    assert "per waiting pod" in line and "1.7" in line
+
+
+def test_linear_fit_needs_two_sizes():
+    assert curve.linear_fit([(100, 1.0), (100, 2.0)])["slope"] is None
+    assert "no linear fit" in curve.describe_linear("cost", curve.linear_fit([]))
