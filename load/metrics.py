@@ -12,7 +12,7 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 WATCHED = ("scheduler_queue_incoming_pods_total", "scheduler_pod_scheduled_after_flush_total",
            "scheduler_queueing_hint_execution_duration_seconds_count", "scheduler_pending_pods",
            "scheduler_schedule_attempts_total", "scheduler_queueing_hint_execution_duration_seconds_sum",
-           "process_cpu_seconds_total")
+           "process_cpu_seconds_total", "scheduler_pre_queueing_hint_evaluations_total")
 
 
 def parse(text: str, names: tuple[str, ...] = WATCHED) -> dict[str, dict[tuple, float]]:
@@ -56,9 +56,16 @@ def summary(change: dict[str, dict[str, float]]) -> dict:
     for key, value in change.get("scheduler_queueing_hint_execution_duration_seconds_count", {}).items():
         labels = dict(part.split("=", 1) for part in key.split(",") if "=" in part)
         hints[f"{labels.get('plugin', '?')}/{labels.get('event', '?')}/{labels.get('hint', '?')}"] += value
+    # SchedulerPreQueueingHints (alpha in 1.37): per plugin, how often an event's pod set was narrowed to
+    # the pods it concerns, or left at every waiting pod (all_pods)
+    pre_hints: dict[str, float] = defaultdict(float)
+    for key, value in change.get("scheduler_pre_queueing_hint_evaluations_total", {}).items():
+        labels = dict(part.split("=", 1) for part in key.split(",") if "=" in part)
+        pre_hints[f"{labels.get('plugin', '?')}/{labels.get('result', '?')}"] += value
     flushed = sum(change.get("scheduler_pod_scheduled_after_flush_total", {}).values())
     cpu = sum(change.get("process_cpu_seconds_total", {}).values())
     return {"incomingByEvent": dict(sorted(incoming.items())), "hints": dict(sorted(hints.items())),
+            "preQueueingHints": dict(sorted(pre_hints.items())),
             "scheduledAfterFlush": flushed, "missedRequeues": flushed,
             "pendingAfter": change.get("scheduler_pending_pods", {}),
             "cpuSeconds": round(cpu, 3)}  # the scheduler process's own CPU (its process_cpu_seconds_total)

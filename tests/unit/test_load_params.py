@@ -97,8 +97,10 @@ def test_metrics_delta_and_missed_requeues():
     after = metrics.parse('scheduler_queue_incoming_pods_total{event="X",queue="active"} 7\n'
                           'scheduler_pod_scheduled_after_flush_total 1\n'
                           'scheduler_pending_pods{queue="unschedulable"} 3\n'
-                          'scheduler_queueing_hint_execution_duration_seconds_count{event="E",hint="Queue",plugin="P"} 4\n')
+                          'scheduler_queueing_hint_execution_duration_seconds_count{event="E",hint="Queue",plugin="P"} 4\n'
+                          'scheduler_pre_queueing_hint_evaluations_total{plugin="DynamicResources",result="narrowed"} 9\n')
     summary = metrics.summary(metrics.delta(before, after))
+    assert summary["preQueueingHints"] == {"DynamicResources/narrowed": 9.0}
     assert summary["incomingByEvent"] == {"X": 5.0}
     assert summary["missedRequeues"] == 1.0
     assert summary["hints"] == {"P/E/Queue": 4.0}
