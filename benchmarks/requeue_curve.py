@@ -44,6 +44,8 @@ def one_run(params: scenarios.LoadParams, hints: bool, report_dir: Path) -> dict
     cpu = (summary.get("scheduler_window") or {}).get("cpuSeconds")
     cond = summary.get("conditions") or {}
     settle = (summary.get("queue_settle") or {}).get("after") or {}
+    window = summary.get("scheduler_window") or {}
+    attempts = (window.get("incomingByEvent") or {}).get("ScheduleAttemptFailure")
     return {"scenario": params.scenario, "nodes": params.nodes, "waiting": params.pending, "hints": hints,
             "events": measured, "failures": summary["failures"], "p50_ms": summary["latency_ms"]["p50"],
             "p99_ms": summary["latency_ms"]["p99"],
@@ -53,6 +55,9 @@ def one_run(params: scenarios.LoadParams, hints: bool, report_dir: Path) -> dict
             # after the last event: how long the scheduler took to retry what the events requeued (inside
             # the window, so inside the cost per event)
             "settle_seconds": settle.get("seconds"), "settled": settle.get("settled"),
+            # where the CPU went: failed scheduling attempts (retries) and queueing-hint evaluations
+            "failed_attempts": attempts, "hint_evaluations": sum((window.get("hints") or {}).values()),
+            "scheduler_cpu_ms_per_failed_attempt": round(1000 * cpu / attempts, 2) if cpu and attempts else None,
             "report": str(report_dir / "load-report.json")}
 
 

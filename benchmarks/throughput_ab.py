@@ -38,7 +38,10 @@ def one_run(params: scenarios.LoadParams, hints: bool, report_dir: Path) -> dict
             "creation_seconds": (burst.get("creation") or {}).get("seconds"),
             "own_cpu_seconds": cond["own_cpu_seconds"], "others_percent": cond["others_percent_of_machine"],
             "load_average": [cond["load_average_start"][0], cond["load_average_end"][0]],
-            "contended": cond["contended"], "report": str(report_dir / "load-report.json")}
+            "contended": cond["contended"],
+            "scheduler_cpu_seconds": (summary.get("scheduler_window") or {}).get("cpuSeconds"),
+            "hint_evaluations": sum(((summary.get("scheduler_window") or {}).get("hints") or {}).values()),
+            "report": str(report_dir / "load-report.json")}
 
 
 def table(rows: list[dict]) -> str:
