@@ -43,6 +43,7 @@ from harness.backends.common import api_ready as _api_ready
 from harness.backends.common import find_kubectl, known_gates, kubeconfig_endpoint, validate_name
 from harness.backends.kindhost import docker, driverbase, nodeimage
 from harness.backends.kindhost.docker import Engine, Facts
+from harness.binaries import gobuild, kindtool
 from harness.config import featuregates
 from harness.config.cluster import ClusterDefinition
 from harness.config.vendor import KNOWN_FEATURES
@@ -311,7 +312,7 @@ def preflight(*, which=shutil.which, run=run_quiet, kubectl_finder=None, env: di
     kind = which("kind")
     if not kind:
         missing.append(f"kind: not installed; need kind >= v{_dotted(KIND_MIN_VERSION)} "
-                       f"(`go install sigs.k8s.io/kind@v{_dotted(KIND_MIN_VERSION)}`)")
+                       "(`dra-harness binaries install --kind` builds it into the cache; needs Go)")
     else:
         out = run([kind, "version"], timeout=30)
         version = parse_version(out.stdout) if out.returncode == 0 else None
@@ -330,6 +331,15 @@ def preflight(*, which=shutil.which, run=run_quiet, kubectl_finder=None, env: di
     assert kubectl  # a missing one was reported above
     return Tools(docker=docker, kind=kind, kubectl=kubectl, python=sys.executable, platform=platform, env=env,
                  save_platform=save_platform)
+
+
+def which_with_cached_kind(name: str) -> str | None:
+    """shutil.which, except that kind may also be the harness's cached build (binaries.kindtool)."""
+    found = shutil.which(name)
+    if found is None and name == "kind":
+        cached = kindtool.locate()
+        return str(cached) if cached else None
+    return found
 
 
 def check_node_image(reference: str) -> str:
@@ -365,18 +375,27 @@ class KindBackend(Backend):
         (harness.backends.kindhost.docker), its own dockerd, registered for cluster `name`."""
         if name is None:  # a look (status): our dockerd if it runs, else the machine's engine
             engine = docker.running()
-            return preflight(env=engine.environ()) if engine else preflight()
+            return preflight(which=which_with_cached_kind, env=engine.environ() if engine else None)
         facts = docker.detect()
         decision = docker.decide(facts)
-        if decision.use_existing or decision.problems:
-            return preflight()
+        if decision.problems:  # no engine possible: say what is missing, build nothing
+            return preflight(which=which_with_cached_kind)
+        which = self._kind_provided()
+        if decision.use_existing:
+            return preflight(which=which)
         engine = docker.acquire(name, self.reporter, facts=facts)
         self._own_engine[name] = (engine, facts)
         try:
-            return preflight(env=engine.environ())
+            return preflight(which=which, env=engine.environ())
         except BaseException:
             self._release(name)
             raise
+
+    def _kind_provided(self):
+        """kind from PATH; else the cached build, made now when Go is there to build it (binaries.kindtool)."""
+        if shutil.which("kind") is None and kindtool.locate() is None and gobuild.go_available():
+            kindtool.ensure(self.reporter)
+        return which_with_cached_kind
 
     def _release(self, name: str) -> None:
         if self._own_engine.pop(name, None) is not None:
@@ -549,7 +568,7 @@ class KindBackend(Backend):
             context = plan.directory / "image"
             shutil.rmtree(context, ignore_errors=True)
             (context / "dist").mkdir(parents=True)
-            for name in ("Dockerfile", ".dockerignore"):
+            for name in ("Dockerfile", ".dockerignore", driverbase.REQUIREMENTS_FILE):
                 shutil.copy2(deploy / name, context / name)
         manifests.write_kustomization(plan.deployment, plan.directory / "deploy")
 

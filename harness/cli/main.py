@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--example-driver", action="store_true",
                          help="also build the reference third-party driver's kubelet plugin (dra-example-driver "
                               "v0.4.0, from the Go module proxy; docs/vendor-guide.md)")
+    install.add_argument("--kind", action="store_true",
+                         help="also build what the kind backend needs from Go: kind v0.33.0 and the kubeadm and "
+                              "kube-proxy of the offline node image (docs/kind-and-existing.md)")
     where = bins_sub.add_parser("path", help="print the cache directory of verified binaries")
     _add_version_flags(where)
 
@@ -300,6 +303,12 @@ def _dispatch(args, reporter: Reporter, out) -> int:
                 print(noderuntime.ensure(reporter).directory, file=out)
             if args.example_driver:
                 print(exampledriver.ensure(reporter), file=out)
+            if args.kind:
+                from harness.backends.kindhost import nodeimage  # lazy: subcommand
+                from harness.binaries import kindtool
+
+                print(kindtool.ensure(reporter), file=out)
+                print(nodeimage.ensure_node_binaries(binset.versions.kubernetes, reporter), file=out)
         else:
             binset = binaries.locate(_versions(args))
         print(binset.directory, file=out)

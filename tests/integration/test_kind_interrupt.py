@@ -10,7 +10,6 @@ where the harness can provide an engine or has one); each test starts a real kin
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,8 +32,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.kind_e2e]
 def _why_not() -> str | None:
     if os.environ.get("DRA_HARNESS_KIND_E2E") != "1":
         return "opt-in: set DRA_HARNESS_KIND_E2E=1 (starts real kind clusters, minutes each)"
-    if not (os.environ.get("DRA_HARNESS_KIND") or shutil.which("kind")):
-        return "kind is not on PATH (go install sigs.k8s.io/kind@v0.33.0)"
+    if not (os.environ.get("DRA_HARNESS_KIND") or kind.which_with_cached_kind("kind")):
+        return "kind is neither on PATH nor in the cache (dra-harness binaries install --kind)"
     return "; ".join(docker.decide(docker.detect()).problems) or None
 
 

@@ -11,7 +11,6 @@ naming it), and a machine where the harness can provide an engine (`dra-harness 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.backends import kind as kind_backend
 from harness.backends.kindhost import docker, hostnet, nodeimage
 from harness.backends.local.realnode import host as machine_settings
 from harness.core.progress import Reporter
@@ -32,8 +32,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.kind_e2e]
 def _why_not() -> str | None:
     if os.environ.get("DRA_HARNESS_KIND_E2E") != "1":
         return "opt-in: set DRA_HARNESS_KIND_E2E=1 (may install docker.io, ~30 min cold)"
-    if not (os.environ.get("DRA_HARNESS_KIND") or shutil.which("kind")):
-        return "kind is not on PATH (go install sigs.k8s.io/kind@v0.33.0)"
+    if not (os.environ.get("DRA_HARNESS_KIND") or kind_backend.which_with_cached_kind("kind")):
+        return "kind is neither on PATH nor in the cache (dra-harness binaries install --kind)"
     decision = docker.decide(docker.detect())
     return "; ".join(decision.problems) or None
 
@@ -48,7 +48,7 @@ def _docker_bridges() -> set[str]:
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 def test_offline_node_image_makes_a_three_node_cluster_and_leaves_the_host_as_it_was(tmp_path):
-    kind = os.environ.get("DRA_HARNESS_KIND") or shutil.which("kind")
+    kind = os.environ.get("DRA_HARNESS_KIND") or kind_backend.which_with_cached_kind("kind")
     host_before, bridges_before = hostnet.snapshot(), _docker_bridges()
     built = subprocess.run([sys.executable, "-m", "harness.cli", "kind", "build-node-image"], capture_output=True,
                            text=True, timeout=3600)

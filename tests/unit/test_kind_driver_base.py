@@ -3,7 +3,12 @@ file (kind.vendor_driver): pure parts and the detection, with fake `docker` answ
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import re
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -27,10 +32,59 @@ def test_the_offline_base_matches_the_dockerfiles_python_and_debian():
     assert base == f"python:{driverbase.PYTHON}-slim-{driverbase.SUITE}"
 
 
-def test_runtime_requirements_leave_the_extras_out():
-    requires = ["kubernetes>=37,<38", "pyyaml>=6", 'ruff<0.18,>=0.17; extra == "dev"', "hypothesis; extra=='dev'"]
-    assert driverbase.runtime_requirements(requires) == ["kubernetes>=37,<38", "pyyaml>=6"]
-    assert driverbase.runtime_requirements(None) == []
+def test_driver_requirements_are_the_lines_without_comments():
+    text = "# why\nkubernetes>=37,<38  # the client\n\npyyaml>=6\n"
+    assert driverbase.driver_requirements(text) == ["kubernetes>=37,<38", "pyyaml>=6"]
+    assert driverbase.driver_requirements("# nothing\n") == []
+
+
+def _driver_requirement_names() -> dict[str, str]:
+    text = (REPO / "deploy" / driverbase.REQUIREMENTS_FILE).read_text()
+    return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower(): r for r in driverbase.driver_requirements(text)}
+
+
+def test_the_driver_image_requirements_are_pyprojects_own_specifiers():
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    for name, requirement in _driver_requirement_names().items():
+        assert requirement in dependencies, (
+            f"deploy/{driverbase.REQUIREMENTS_FILE}: {requirement!r} is not one of pyproject.toml's "
+            f"dependencies ({dependencies}); the image must install what the harness is tested with")
+
+
+# Not part of the driver: the developer tool that regenerates the gRPC stubs (needs grpcio-tools, a dev extra).
+NOT_IN_THE_IMAGE = {"fake_devices/kubeletplugin/generate.py"}
+
+
+def _third_party_imports(package: Path) -> dict[str, str]:
+    """top-level module -> first file importing it, for every import in the package (lazy ones too)."""
+    found: dict[str, str] = {}
+    for path in sorted(package.rglob("*.py")):
+        if str(path.relative_to(REPO)) in NOT_IN_THE_IMAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != package.name:
+                    found.setdefault(top, str(path.relative_to(REPO)))
+    return found
+
+
+def test_every_module_the_driver_imports_is_in_the_driver_image():
+    """The image installs the wheel with --no-deps: an import of fake_devices that no line of
+    driver-requirements.txt provides would fail only on a cluster."""
+    listed = _driver_requirement_names()
+    providers = importlib.metadata.packages_distributions()
+    for module, where in _third_party_imports(REPO / "fake_devices").items():
+        distributions = {d.lower() for d in providers.get(module, [])}
+        assert distributions & set(listed), (
+            f"{where} imports {module!r} (from {sorted(distributions) or 'no installed distribution'}), which "
+            f"deploy/{driverbase.REQUIREMENTS_FILE} does not install (it has {sorted(listed)})")
 
 
 def test_wheels_are_asked_for_trixies_python_and_the_engines_architecture(tmp_path):

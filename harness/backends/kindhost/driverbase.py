@@ -6,10 +6,10 @@ built here from what is reachable, and deploy/Dockerfile is then used as it is, 
 
 - a Debian trixie root filesystem made by `debootstrap` from Debian's packages: python3 (3.13, the
   Python of `python:3.13-slim-trixie`), pip, `python` as a command (python-is-python3), useradd;
-- the project's dependencies (kubernetes, grpcio, protobuf, ...) as wheels for that Python and the
+- the driver's dependencies (deploy/driver-requirements.txt: kubernetes, pyyaml, grpcio, protobuf) as wheels for that Python and the
   engine's architecture, downloaded by pip on this machine (PyPI or the machine's own index) and
-  installed in the image with `--no-index`. The driver build then finds every dependency of the
-  project wheel satisfied, so neither build reaches a network (`--network=none`).
+  installed in the image with `--no-index`. The driver build then finds every requirement
+  satisfied, so neither build reaches a network (`--network=none`).
 
 Detected, never assumed (`needs_offline_base`): the Dockerfile's base is used as it is when the engine
 has it or `docker pull` gets it (GitHub runners). The tag is
@@ -20,7 +20,6 @@ dockerd keeps its data root), the root filesystem and the wheels are cached unde
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from harness.backends import manifests
 from harness.backends.commands import Runner, command, run_quiet
 from harness.backends.kindhost import nodeimage
 from harness.core import paths
@@ -41,7 +41,7 @@ PYTHON = "3.13"  # trixie's python3
 GLIBC = (2, 41)  # trixie's libc6: the newest manylinux tag its wheels may carry
 PACKAGES = ("python3", "python3-pip", "python-is-python3", "ca-certificates", "passwd")
 REPOSITORY = "dra-harness.local/python-base"
-PROJECT = "dra-harness"
+REQUIREMENTS_FILE = "driver-requirements.txt"  # in deploy/, the image's build context
 WHEEL_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "s390x": "s390x", "ppc64le": "ppc64le"}
 PULL_TIMEOUT = 300
 
@@ -58,9 +58,9 @@ def dockerfile_base(dockerfile_text: str) -> str:
     return match[1]
 
 
-def runtime_requirements(requires: list[str] | None) -> list[str]:
-    """The project's requirements without its extras (what `pip install <wheel>` installs)."""
-    return sorted(r for r in requires or [] if not re.search(r";.*\bextra\s*==", r))
+def driver_requirements(text: str) -> list[str]:
+    """The requirement lines of deploy/driver-requirements.txt (comments and blank lines dropped)."""
+    return sorted(line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip())
 
 
 def wheel_platforms(arch: str, glibc: tuple[int, int] = GLIBC) -> list[str]:
@@ -111,7 +111,7 @@ def needs_offline_base(docker: str, env: dict, base: str, run=run_quiet) -> str 
 
 def build(docker: str, env: dict, arch: str, reporter: Reporter) -> str:
     """The offline base image in the engine (built once per key); returns its tag."""
-    requirements = runtime_requirements(importlib.metadata.requires(PROJECT))
+    requirements = driver_requirements((manifests.deploy_dir() / REQUIREMENTS_FILE).read_text())
     key = nodeimage.cache_key({"recipe": RECIPE, "suite": SUITE, "packages": sorted(PACKAGES),
                                "requirements": requirements, "arch": arch})
     tag = image_tag(key)
