@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 REPORT_DIR ?= reports
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test unit lint install binaries node-tools wirecompat example-driver clean
+.PHONY: run test unit lint install binaries node-tools wirecompat example-driver kind-e2e clean
 # Debian packages a real node (docs/real-node.md) takes from the machine; the rest is built here.
 NODE_PACKAGES := runc containernetworking-plugins busybox-static
 
@@ -17,6 +17,14 @@ run: install binaries
 # The harness's own tests and the conformance suite, on a local cluster started for the run.
 test: install binaries wirecompat example-driver
 	$(BIN)/pytest -n $(PYTEST_WORKERS) tests conformance
+
+# The suite on a kind cluster, and a pod through a kind kubelet (docs/kind-and-existing.md): kind and the
+# node image's kubeadm built into the cache; without a Docker engine the harness starts its own (root on
+# Debian). Run on its own, not beside `make test`: it starts a 3-node kind cluster per test.
+kind-e2e: install binaries
+	$(BIN)/dra-harness binaries install --kind
+	DRA_HARNESS_KIND_E2E=1 $(BIN)/pytest tests/integration/test_kind_conformance.py \
+	  tests/integration/test_kind_e2e.py
 
 unit: install
 	$(BIN)/pytest tests/unit

@@ -14,8 +14,8 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
+import kind_leaks
 import pytest
 import yaml
 
@@ -29,27 +29,13 @@ from harness.k8s.client import Clients
 pytestmark = [pytest.mark.integration, pytest.mark.kind_e2e]
 
 
-def _why_not() -> str | None:
-    if os.environ.get("DRA_HARNESS_KIND_E2E") != "1":
-        return "opt-in: set DRA_HARNESS_KIND_E2E=1 (may install docker.io, ~30 min cold)"
-    if not (os.environ.get("DRA_HARNESS_KIND") or kind_backend.which_with_cached_kind("kind")):
-        return "kind is neither on PATH nor in the cache (dra-harness binaries install --kind)"
-    decision = docker.decide(docker.detect())
-    return "; ".join(decision.problems) or None
-
-
-WHY_NOT = _why_not()
-
-
-def _docker_bridges() -> set[str]:
-    """Bridges of docker networks (br-<id>); other helpers' bridges come and go meanwhile."""
-    return {p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("br-") and (p / "bridge").is_dir()}
+WHY_NOT = kind_leaks.why_not("may install docker.io, ~30 min cold")
 
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 def test_offline_node_image_makes_a_three_node_cluster_and_leaves_the_host_as_it_was(tmp_path):
     kind = os.environ.get("DRA_HARNESS_KIND") or kind_backend.which_with_cached_kind("kind")
-    host_before, bridges_before = hostnet.snapshot(), _docker_bridges()
+    host_before, bridges_before = hostnet.snapshot(), kind_leaks.docker_bridges()
     built = subprocess.run([sys.executable, "-m", "harness.cli", "kind", "build-node-image"], capture_output=True,
                            text=True, timeout=3600)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
@@ -90,7 +76,7 @@ def test_offline_node_image_makes_a_three_node_cluster_and_leaves_the_host_as_it
         problems = docker.release(user, Reporter(quiet=True))
     assert problems == []
     assert not docker.Layout.default().record.exists()
-    assert _docker_bridges() <= bridges_before, f"bridges left: {_docker_bridges() - bridges_before}"
+    assert kind_leaks.docker_bridges() <= bridges_before, f"bridges left: {kind_leaks.docker_bridges() - bridges_before}"
     now = hostnet.snapshot()
     assert now["forwardPolicy"] == host_before["forwardPolicy"]
     for name_ in hostnet.KUBELET_SYSCTLS if not machine_settings.owners() else ():
