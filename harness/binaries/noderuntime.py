@@ -76,13 +76,10 @@ def host_tools_missing() -> list[str]:
     return missing
 
 
-def ensure(reporter: Reporter | None = None, version: str = CONTAINERD_VERSION) -> NodeRuntime:
-    """Build (once) and return the node runtime; host tools must already be installed."""
+def ensure_built(reporter: Reporter | None = None, version: str = CONTAINERD_VERSION) -> Path:
+    """containerd, its shim, ctr and pause, built once into the cache; needs none of the host's tools
+    (the kind node image takes them from here and runc and the CNI plugins from its own Debian packages)."""
     reporter = reporter or Reporter(quiet=True)
-    missing = host_tools_missing()
-    if missing:
-        raise BinariesError("a real node needs tools this machine lacks: " + "; ".join(missing),
-                            hint=f"on Debian/Ubuntu: apt-get install {DEBIAN_PACKAGES}")
     target = cache_dir(version)
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -112,6 +109,16 @@ def ensure(reporter: Reporter | None = None, version: str = CONTAINERD_VERSION) 
                 recorded = manifest.record(target, recorded, PAUSE_GROUP, images.RECIPE, (PAUSE_BINARY,), "build")
     except OSError as err:
         raise cache_error(target, err) from None
+    return target
+
+
+def ensure(reporter: Reporter | None = None, version: str = CONTAINERD_VERSION) -> NodeRuntime:
+    """Build (once) and return the node runtime; host tools must already be installed."""
+    missing = host_tools_missing()
+    if missing:
+        raise BinariesError("a real node needs tools this machine lacks: " + "; ".join(missing),
+                            hint=f"on Debian/Ubuntu: apt-get install {DEBIAN_PACKAGES}")
+    target = ensure_built(reporter, version)
     runc, cni_dir, busybox = find_runc(), find_cni_dir(), images.find_busybox()
     if runc is None or cni_dir is None or busybox is None:  # found above, gone while containerd was built
         raise BinariesError("a real node needs tools this machine lacks: " + "; ".join(host_tools_missing()),

@@ -34,7 +34,7 @@ from harness.backends.local.realnode import (
     preflight,
     teardown,
 )
-from harness.binaries import noderuntime
+from harness.binaries import gobuild, noderuntime
 from harness.binaries.noderuntime import NodeRuntime
 from harness.core import nodelayout as layout
 from harness.core import paths
@@ -861,6 +861,23 @@ def test_ensure_fails_before_building_when_tools_are_missing(tmp_path, monkeypat
                                     "a statically linked busybox (y)")
     assert caught.value.hint == "on Debian/Ubuntu: apt-get install runc containernetworking-plugins busybox-static"
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_built_runtime_needs_none_of_the_hosts_tools(tmp_path, monkeypatch):
+    """The kind node image takes containerd and pause from here, runc and CNI from its own packages:
+    a machine without runc, CNI plugins or busybox still builds them (it failed a cold kind run)."""
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(noderuntime, "host_tools_missing", lambda: pytest.fail("looked for the host's tools"))
+    monkeypatch.setattr(gobuild, "require_go", lambda: None)
+
+    def go_install(packages, flags, cwd, work, reporter, title, verb="build", extra_env=None):
+        for name in noderuntime.CONTAINERD_BINARIES:
+            (Path(extra_env["GOBIN"]) / name).write_text(name)
+    monkeypatch.setattr(gobuild, "run_go_build", go_install)
+    monkeypatch.setattr(images, "build_pause", lambda out: out.write_text("pause") and out)
+    directory = noderuntime.ensure_built()
+    assert sorted(p.name for p in directory.iterdir() if p.name not in ("manifest.json", ".lock")) == \
+        sorted([*noderuntime.CONTAINERD_BINARIES, noderuntime.PAUSE_BINARY])
 
 
 def test_cache_dir_is_versioned(tmp_path, monkeypatch):

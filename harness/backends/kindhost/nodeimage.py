@@ -391,9 +391,10 @@ def build(engine, reporter: Reporter, kubernetes_version: str = binaries.DEFAULT
     with reporter.step("the binaries (built from the Go module proxy when missing)"):
         cluster_bins = binaries.ensure(binaries.Versions(kubernetes=kubernetes_version), reporter=reporter).directory
         node_bins = ensure_node_binaries(kubernetes_version, reporter)
-        runtime = noderuntime.ensure(reporter)
+        # containerd, ctr and pause only: runc and the CNI plugins come from the image's own Debian packages
+        runtime_dir = noderuntime.ensure_built(reporter)
         kind_dir, kind_sum = kind_module(cache)
-    inputs = Inputs(kubernetes_version, kind_dir, kind_sum, cluster_bins, node_bins, runtime.directory, tuple(drops))
+    inputs = Inputs(kubernetes_version, kind_dir, kind_sum, cluster_bins, node_bins, runtime_dir, tuple(drops))
     key = cache_key(inputs.key_material())
     tag = image_tag(kubernetes_version, key)
     env = engine.environ()
@@ -419,7 +420,7 @@ def build(engine, reporter: Reporter, kubernetes_version: str = binaries.DEFAULT
         if _run([engine.docker, "image", "inspect", base_image], env).returncode != 0:
             runner.run(command("importing the root filesystem", engine.docker, "import", str(rootfs), base_image,
                                timeout=900))
-        spec = json.loads(_check([str(runtime.path("ctr")), "oci", "spec"], "ctr oci spec"))
+        spec = json.loads(_check([str(runtime_dir / "ctr"), "oci", "spec"], "ctr oci spec"))
         listing = _check([str(node_bins / "kubeadm"), "config", "images", "list",
                           f"--kubernetes-version=v{kubernetes_version}"], "kubeadm config images list")
         wanted = control_plane_images(listing)
@@ -433,7 +434,7 @@ def build(engine, reporter: Reporter, kubernetes_version: str = binaries.DEFAULT
             (work / "node" / "Dockerfile").write_text(node_dockerfile(base_image))
             archives = _image_archives(wanted, {**{n: cluster_bins / n for n in
                                                    ("kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                                                    "etcd")}, "pause": runtime.path("pause")},
+                                                    "etcd")}, "pause": runtime_dir / "pause"},
                                        work / "images", images)
         proxy_image = next(name for name, binary in wanted.items() if binary == "kube-proxy")
         shutil.copyfile(node_bins / "kube-proxy", _mkdir(work / "proxy") / "kube-proxy")
