@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance import checks, class_selectors, driver_checks, objects, under_test
+from conformance import checks, class_selectors, driver_checks, objects
 from fake_devices import faults, render
+from harness.config import capabilities
 from harness.k8s import wait
 from harness.k8s.nodes import SHELL_IMAGE
 from harness.pytest_plugin.plugin import vendor_driver
@@ -66,17 +67,7 @@ def test_device_classes_select_the_drivers_devices_only(driver_under_test, k8s, 
         pytest.skip("not applicable: no class selector could be evaluated here: " + "; ".join(unevaluated))
 
 
-# a feature the vendor file claims -> (what the slices must show for it, whether they do)
-PUBLISHED_CAPABILITIES = {
-    "DRAPartitionableDevices": ("shared counters consumed by devices (sharedCounters, consumesCounters)",
-                                lambda slices, devices: any(s["spec"].get("sharedCounters") for s in slices)
-                                and any(d.get("consumesCounters") for d in devices)),
-    "DRAConsumableCapacity": ("a device that allows multiple allocations (allowMultipleAllocations) with a capacity",
-                              lambda slices, devices: any(d.get("allowMultipleAllocations") and d.get("capacity")
-                                                          for d in devices)),
-    "DRAFractionalCapacityRange": ("a capacity whose requestPolicy.validRange has a fractional min, max or step",
-                                   lambda slices, devices: any(under_test.fractional(d) for d in devices)),
-}
+PUBLISHED_CAPABILITIES = capabilities.PUBLISHED
 
 
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")

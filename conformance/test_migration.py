@@ -38,8 +38,10 @@ def resource(unique_name) -> str:
 
 
 @pytest.fixture
-def kwok_nodes(k8s: Clients, unique_name):
-    """`kwok_nodes(n)`: n simulated nodes of this test only (no devices, no profile), deleted afterwards."""
+def kwok_nodes(k8s: Clients, unique_name, simulated_nodes):
+    """`kwok_nodes(n)`: n simulated nodes of this test only (no devices, no profile), deleted afterwards.
+    Only where a KWOK controller runs them (`simulated_nodes`: Ready KWOK nodes, else a skip): on kind,
+    such a Node would look schedulable with nothing behind it, and other tests' pods landed there."""
     made: list[str] = []
 
     def make(count: int) -> list[str]:

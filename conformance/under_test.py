@@ -35,7 +35,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from conformance import checks, class_selectors, objects
-from fake_devices.quantity import parse
+from harness.config.capabilities import consumable, fractional, quantity, ranged
 from harness.core.locking import file_lock
 from harness.k8s import nodes as node_facts
 from harness.k8s import wait
@@ -403,11 +403,6 @@ def fake_pool(k8s: Clients, fake_driver, simulated_node: str, count: int, make, 
 
 # --- partitionable devices: devices that consume shared counters -----------------------------------
 
-def quantity(text) -> Decimal:
-
-    return parse(str(text))
-
-
 @dataclass(frozen=True)
 class CounterSet:
     """One shared counter set of a pool and the devices of the pool that consume from it (and from no
@@ -537,11 +532,6 @@ def partition_pool(k8s: Clients, drivers, classes, kubelet_nodes, sets: int, mak
 
 # --- shareable devices: consumable capacity -----------------------------------------------------
 
-def consumable(device: dict) -> dict[str, dict]:
-    """{capacity name: its published entry} of the capacities with a requestPolicy."""
-    return {name: entry for name, entry in (device.get("capacity") or {}).items() if entry.get("requestPolicy")}
-
-
 def _valid_values(entry: dict) -> list[Decimal]:
     return sorted(quantity(v) for v in entry["requestPolicy"].get("validValues") or [])
 
@@ -628,28 +618,6 @@ def shareable_pool(k8s: Clients, drivers, classes, kubelet_nodes, count: int | N
 # --- fractional capacity: validRange in milli-units (DRAFractionalCapacityRange) -------------------
 
 MILLI = Decimal("0.001")
-RANGE_BOUNDS = ("min", "max", "step")
-
-
-def _fractional_quantity(text) -> bool:
-    value = quantity(text)
-    return value != value.to_integral_value()
-
-
-def ranged(device: dict) -> dict[str, dict]:
-    """{capacity name: its published entry} of the capacities whose requestPolicy has a validRange."""
-    return {name: entry for name, entry in consumable(device).items() if entry["requestPolicy"].get("validRange")}
-
-
-def fractional(device: dict) -> dict[str, dict]:
-    """The capacities whose requestPolicy.validRange has a fractional min, max or step: with
-    DRAFractionalCapacityRange the scheduler rounds requests for them in milli-units (with integer
-    arithmetic it would read 120m as 1)."""
-    return {name: entry for name, entry in ranged(device).items()
-            if any(_fractional_quantity(v) for k, v in entry["requestPolicy"]["validRange"].items()
-                   if k in RANGE_BOUNDS and v is not None)}
-
-
 def fractional_missing(drivers, devices: list[dict]) -> str | None:
     """Why no device of `drivers` (`devices`: all they publish) serves the fractional-capacity tests,
     naming the missing capability; None when one publishes a fractional validRange."""

@@ -273,7 +273,8 @@ def test_preflight_on_this_machine_gives_one_clear_message_or_tools():
 
 
 def test_cli_without_docker_prints_one_error_line_and_starts_nothing(tmp_path):
-    env = {**os.environ, "DRA_HARNESS_STATE_DIR": str(tmp_path / "state"), "PATH": str(tmp_path / "empty")}
+    env = {**os.environ, "DRA_HARNESS_STATE_DIR": str(tmp_path / "state"), "PATH": str(tmp_path / "empty"),
+           "DRA_HARNESS_CACHE_DIR": str(tmp_path / "cache")}  # no cached kind either
     (tmp_path / "empty").mkdir()
     result = subprocess.run([sys.executable, "-m", "harness.cli", "cluster", "up", "--backend", "kind",
                              "--config", "mixed"], capture_output=True, text=True, env=env, timeout=120)

@@ -170,6 +170,34 @@ def test_the_vendor_file_names_what_the_cluster_publishes(tmp_path):
     assert loaded.drivers == tuple(spec["drivers"]) and not loaded.default_image
 
 
+def test_the_vendor_file_claims_a_slice_shown_feature_only_where_the_slices_show_it():
+    """kind-small's profiles have partitions (shared counters) but no consumable capacity: claiming
+    DRAConsumableCapacity there failed the suite's own claim check on kind."""
+    plain = [_slice("gpu", "w1", "gpu")]
+    features = kind.vendor_driver(plain, CLASSES, {"w1": PAUSE}, {"w1"})["spec"]["features"]
+    assert "DynamicResourceAllocation" in features and "DRADeviceTaints" in features
+    assert not {"DRAPartitionableDevices", "DRAConsumableCapacity", "DRAFractionalCapacityRange"} & set(features)
+
+    partitioned = _slice("gpu", "w1", "mig")
+    partitioned["spec"]["sharedCounters"] = [{"name": "gpu-0", "counters": {"memory": {"value": "40Gi"}}}]
+    partitioned["spec"]["devices"][0]["consumesCounters"] = [{"counterSet": "gpu-0",
+                                                               "counters": {"memory": {"value": "5Gi"}}}]
+    shared = _slice("storage", "w1", "nvme")
+    shared["spec"]["devices"][0].update(allowMultipleAllocations=True, capacity={"size": {
+        "value": "1Ti", "requestPolicy": {"default": "1Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}})
+    features = kind.vendor_driver([partitioned, shared], CLASSES, {"w1": PAUSE}, {"w1"})["spec"]["features"]
+    assert {"DRAPartitionableDevices", "DRAConsumableCapacity"} <= set(features)
+    assert "DRAFractionalCapacityRange" not in features  # whole-number range only
+    shared["spec"]["devices"][0]["capacity"]["size"]["requestPolicy"]["validRange"]["step"] = "500m"
+    features = kind.vendor_driver([partitioned, shared], CLASSES, {"w1": PAUSE}, {"w1"})["spec"]["features"]
+    assert "DRAFractionalCapacityRange" in features
+    # another driver's slices show nothing for ours
+    other = {"spec": {"driver": "gpu.other.example", "nodeName": "w1", "devices": [
+        {"name": "x", "allowMultipleAllocations": True, "capacity": {"c": {"value": "1"}}}]}}
+    assert "DRAConsumableCapacity" not in kind.vendor_driver(plain + [other], CLASSES, {"w1": PAUSE},
+                                                             {"w1"})["spec"]["features"]
+
+
 def test_no_node_selector_when_a_labelled_node_lacks_a_driver():
     slices = [_slice("gpu", "w1", "gpu"), _slice("nic", "w1", "nic"), _slice("gpu", "w2", "gpu")]
     spec = kind.vendor_driver(slices, CLASSES, {"w1": PAUSE, "w2": {"registry.k8s.io/pause:3.10"}}, {"w1", "w2"})["spec"]
