@@ -309,7 +309,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     options = config.stash[_OPTIONS]
-    return f"dra-harness: backend={options.backend} run-id={config.stash[_RUN_ID]}"
+    # a given cluster record (the runner's, any backend) decides the cluster, not --dra-backend
+    where = f"cluster={options.cluster_record}" if options.cluster_record else f"backend={options.backend}"
+    return f"dra-harness: {where} run-id={config.stash[_RUN_ID]}"
 
 
 # --- fixtures ---------------------------------------------------------------------------------

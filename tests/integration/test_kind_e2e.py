@@ -102,15 +102,18 @@ def _check_a_pod_gets_a_fake_gpu(clients: Clients, name: str) -> None:
             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "fake-gpu"}}]}}}})
         clients.core.create_namespaced_pod(namespace, {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "uses-a-gpu"},
-            "spec": {"restartPolicy": "Never", "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
                      "containers": [{"name": "c", "image": manifests.default_image(), "imagePullPolicy": "Never",
-                                     "command": ["sh", "-c", "env | grep '^DRA_' | sort"],
+                                     "command": ["sh", "-c", "env | grep '^DRA_' | sort; sleep 3600"],
                                      "resources": {"claims": [{"name": "gpu"}]}}]}})
-        pod = wait.pod_phase(clients, namespace, "uses-a-gpu", "Succeeded", timeout=300)
+        # The container stays up: once a pod is done, the claim made from its template is deleted.
+        pod = wait.pod_phase(clients, namespace, "uses-a-gpu", "Running", timeout=300)
         assert pod.spec.node_name == f"{name}-worker"
+        log = wait.until("the container to print its DRA_ environment",
+                         lambda: clients.core.read_namespaced_pod_log("uses-a-gpu", namespace).strip(), timeout=60,
+                         interval=1.0)
         claim = clients.resource.list_namespaced_resource_claim(namespace).items[0]
         (result,) = claim.status.allocation.devices.results
-        log = clients.core.read_namespaced_pod_log("uses-a-gpu", namespace)
         env = dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
         assert f"gpu.{manifests.DOMAIN}" in {v for k, v in env.items() if k.endswith("_DRIVER")}, log
         assert result.device in {v for k, v in env.items() if k.endswith("_DEVICE")}, log
