@@ -1,8 +1,9 @@
 """The control-plane half of the fake driver: keeps every node's ResourceSlices as its profile and
 its injected faults say.
 
-Three watches (nodes, this instance's slices, the fault ConfigMap) mark nodes dirty; worker threads
-reconcile dirty nodes: render the desired slices (fake_devices.render), diff them against the
+Three sources (nodes, this instance's slices, the fault ConfigMap), each listed once and then watched
+from that list's resourceVersion (so a change made between the two is delivered, not lost), mark nodes
+dirty; worker threads reconcile dirty nodes: render the desired slices (fake_devices.render), diff them against the
 server's (fake_devices.plan), and write only the difference. Restart-safe: slices are found again by
 their instance label and stable names, so a restarted driver rewrites nothing that is already right.
 The same class runs as a long-lived process (python -m fake_devices) and inside tests as threads.
@@ -16,7 +17,8 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import kubernetes
 from kubernetes.client.rest import ApiException
@@ -52,6 +54,15 @@ class SliceRejected(Exception):
 
 class PublishError(Exception):
     """The driver could not publish every node's slices; the text lists each node and why."""
+
+
+class _Source(NamedTuple):
+    """One kind of object the driver follows: how to list it, and what a list or a watch event changes."""
+    name: str
+    list_call: Callable[..., Any]
+    kwargs: dict[str, str]
+    on_list: Callable[[list], None]
+    on_event: Callable[[str, Any], None]
 
 
 def _api_message(err: ApiException) -> tuple[str, list[str]]:
@@ -98,10 +109,12 @@ class FakeDriver:
     def start(self) -> "FakeDriver":
         if self.config.device_classes:
             self.ensure_device_classes()
-        self._initial_sync()
-        for target, name in ((self._watch_nodes, "nodes"), (self._watch_slices, "slices"),
-                             (self._watch_faults, "faults"), (self._resync_loop, "resync")):
-            self._spawn(target, f"watch-{name}")
+        sources = self._sources()
+        versions = {source.name: self._list(source) for source in sources}
+        for source in sources:
+            self._spawn(lambda source=source: self._watch_forever(source, versions[source.name]),
+                        f"watch-{source.name}")
+        self._spawn(self._resync_loop, "resync")
         for i in range(self.config.workers):
             self._spawn(self._worker, f"worker-{i}")
         return self
@@ -239,17 +252,6 @@ class FakeDriver:
             return explicit
         return (node.metadata.labels or {}).get(PROFILE_LABEL)
 
-    def _initial_sync(self) -> None:
-        for node in self.core.list_node().items:
-            self._remember_node(node)
-        self._load_faults()
-        selector = f"{INSTANCE_LABEL}={self.config.instance}"
-        for item in self.resource.list_resource_slice(label_selector=selector).items:
-            obj = self.api.sanitize_for_serialization(item)
-            self._slices[_node_of(obj)][obj["metadata"]["name"]] = obj
-        for node in set(self._nodes) | set(self._slices):
-            self._mark(node)
-
     def _remember_node(self, node) -> bool:
         name = node.metadata.name
         profile_name = self._node_profile(node)
@@ -261,16 +263,6 @@ class FakeDriver:
                 self._nodes.pop(name, None)
             return before != self._nodes.get(name)
 
-    def _load_faults(self) -> None:
-        try:
-            cm = self.core.read_namespaced_config_map(self.config.faults_configmap, self.config.namespace)
-            data = cm.data or {}
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            data = {}
-        self._apply_faults(data)
-
     def _apply_faults(self, data: dict[str, str]) -> None:
         parsed = {node: parse_faults(text) for node, text in data.items()}
         with self._lock:
@@ -281,17 +273,30 @@ class FakeDriver:
 
     # --- watches --------------------------------------------------------------------------------
 
-    def _watch_forever(self, list_call, on_event, **kwargs) -> None:
-        resource_version = None
+    def _sources(self) -> list["_Source"]:
+        slices = {"label_selector": f"{INSTANCE_LABEL}={self.config.instance}"}
+        faults = {"namespace": self.config.namespace, "field_selector": f"metadata.name={self.config.faults_configmap}"}
+        return [_Source("nodes", self.core.list_node, {}, self._replace_nodes, self._on_node),
+                _Source("slices", self.resource.list_resource_slice, slices, self._replace_slices, self._on_slice),
+                _Source("faults", self.core.list_namespaced_config_map, faults, self._replace_faults,
+                        self._on_faults)]
+
+    def _list(self, source: "_Source") -> str:
+        """List a source, take its items as the whole truth, and return the resourceVersion to watch from."""
+        listed = source.list_call(**source.kwargs)
+        source.on_list(listed.items or [])
+        return listed.metadata.resource_version
+
+    def _watch_forever(self, source: "_Source", resource_version: str | None) -> None:
         while not self._stop.is_set():
             watch = kubernetes.watch.Watch()
             with self._lock:
                 self._watches.add(watch)
             try:
                 if resource_version is None:
-                    resource_version = list_call(**kwargs).metadata.resource_version
-                for event in watch.stream(list_call, resource_version=resource_version, timeout_seconds=30,
-                                          allow_watch_bookmarks=True, **kwargs):
+                    resource_version = self._list(source)
+                for event in watch.stream(source.list_call, resource_version=resource_version, timeout_seconds=30,
+                                          allow_watch_bookmarks=True, **source.kwargs):
                     if self._stop.is_set():
                         break
                     obj = event["object"]
@@ -300,60 +305,73 @@ class FakeDriver:
                             if isinstance(obj, dict) else obj.metadata.resource_version
                         continue
                     resource_version = obj.metadata.resource_version
-                    on_event(event["type"], obj)
+                    source.on_event(event["type"], obj)
             except ApiException as err:
-                if err.status == 410:  # too old: list again
+                if err.status == 410:  # too old: list again (what the missed events changed is in the list)
                     resource_version = None
-                    self._mark_all()
                 elif not self._stop.is_set():
-                    log.warning("watch failed: %s %s", err.status, err.reason)
+                    log.warning("watch %s failed: %s %s", source.name, err.status, err.reason)
                     self._stop.wait(1)
             except Exception as err:  # connection drops: retry after a pause
                 if not self._stop.is_set():
-                    log.warning("watch error: %s", err)
+                    log.warning("watch %s error: %s", source.name, err)
                     self._stop.wait(1)
             finally:
                 watch.stop()
                 with self._lock:
                     self._watches.discard(watch)
 
-    def _watch_nodes(self) -> None:
-        def on_node(kind: str, node) -> None:
-            if kind == "DELETED":
-                with self._lock:
-                    known = self._nodes.pop(node.metadata.name, None)
-                if known:
-                    self._mark(node.metadata.name)
-            elif self._remember_node(node):
-                self._mark(node.metadata.name)
+    def _replace_nodes(self, nodes: list) -> None:
+        listed = {node.metadata.name for node in nodes}
+        with self._lock:
+            gone = set(self._nodes) - listed
+            for name in gone:
+                self._nodes.pop(name)
+        changed = {node.metadata.name for node in nodes if self._remember_node(node)}
+        for name in gone | changed:
+            self._mark(name)
 
-        self._watch_forever(self.core.list_node, on_node)
-
-    def _watch_slices(self) -> None:
-        def on_slice(kind: str, item) -> None:
-            obj = self.api.sanitize_for_serialization(item)
-            node, name = _node_of(obj), obj["metadata"]["name"]
+    def _on_node(self, kind: str, node) -> None:
+        if kind == "DELETED":
             with self._lock:
-                known = self._slices[node].get(name)
-                if kind == "DELETED":
-                    self._slices[node].pop(name, None)
-                else:
-                    self._slices[node][name] = obj
-            # A change we did not make ourselves (deleted, edited by someone): check the node again.
-            # Echoes of our own writes carry the resourceVersion we stored, and are skipped.
-            if kind == "DELETED" or known is None or known["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]:
-                self._mark(node)
+                known = self._nodes.pop(node.metadata.name, None)
+            if known:
+                self._mark(node.metadata.name)
+        elif self._remember_node(node):
+            self._mark(node.metadata.name)
 
-        self._watch_forever(self.resource.list_resource_slice, on_slice,
-                            label_selector=f"{INSTANCE_LABEL}={self.config.instance}")
+    def _replace_slices(self, items: list) -> None:
+        listed: dict[str, dict[str, dict]] = defaultdict(dict)
+        for item in items:
+            obj = self.api.sanitize_for_serialization(item)
+            listed[_node_of(obj)][obj["metadata"]["name"]] = obj
+        with self._lock:
+            touched = set(self._slices) | set(listed)
+            self._slices = listed
+        for node in touched:  # a slice that appeared, changed or went while nobody watched
+            self._mark(node)
 
-    def _watch_faults(self) -> None:
-        def on_configmap(kind: str, cm) -> None:
-            if cm.metadata.name == self.config.faults_configmap:
-                self._apply_faults({} if kind == "DELETED" else (cm.data or {}))
+    def _on_slice(self, kind: str, item) -> None:
+        obj = self.api.sanitize_for_serialization(item)
+        node, name = _node_of(obj), obj["metadata"]["name"]
+        with self._lock:
+            known = self._slices[node].get(name)
+            if kind == "DELETED":
+                self._slices[node].pop(name, None)
+            else:
+                self._slices[node][name] = obj
+        # A change we did not make ourselves (deleted, edited by someone): check the node again.
+        # Echoes of our own writes carry the resourceVersion we stored, and are skipped.
+        if kind == "DELETED" or known is None or known["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+            self._mark(node)
 
-        self._watch_forever(self.core.list_namespaced_config_map, on_configmap, namespace=self.config.namespace,
-                            field_selector=f"metadata.name={self.config.faults_configmap}")
+    def _replace_faults(self, configmaps: list) -> None:
+        self._apply_faults(next((cm.data or {} for cm in configmaps
+                                 if cm.metadata.name == self.config.faults_configmap), {}))
+
+    def _on_faults(self, kind: str, cm) -> None:
+        if cm.metadata.name == self.config.faults_configmap:
+            self._apply_faults({} if kind == "DELETED" else (cm.data or {}))
 
     def _resync_loop(self) -> None:
         while not self._stop.wait(RESYNC_SECONDS):

@@ -58,6 +58,30 @@ def test_faults_become_taints_and_recovery_clears_them(k8s, fake_driver, simulat
     assert generations == {6}  # generation 1, then one per change: 3 taints, lost, recovered
 
 
+def test_a_fault_written_between_the_drivers_list_and_its_watch_is_published(k8s, fake_driver, simulated_node,
+                                                                           dra_namespace, monkeypatch):
+    """The driver lists its sources, then starts their watches: a fault set in between (a loaded machine,
+    a test injecting right after start) must still become a taint. CI once lost such a fault: the watch
+    listed again on its own and dropped what that list held, so the taint never came."""
+    first = fake_driver({simulated_node: "tiny"})
+    first.stop(delete_slices=True)
+    spawn = FakeDriver._spawn
+
+    def fault_before_the_watch(self, target, name):
+        if name == "watch-faults":
+            faults.set_fault(k8s.core, dra_namespace, self.config.faults_configmap, simulated_node, "gpu-0", "degraded")
+        spawn(self, target, name)
+
+    monkeypatch.setattr(FakeDriver, "_spawn", fault_before_the_watch)
+    driver = FakeDriver(first.config, k8s.api_client).start()
+    try:
+        wait.until("gpu-0 tainted NoSchedule", lambda: _device_taints(k8s, driver, "gpu-0") ==
+                   [(render.FAULT_TAINT_KEY, "degraded", "NoSchedule")], 30,
+                   diagnostics=lambda: f"taints now: {_device_taints(k8s, driver, 'gpu-0')}, errors: {driver.errors}")
+    finally:
+        driver.stop(delete_slices=True)
+
+
 def test_restarted_driver_rewrites_nothing(k8s, fake_driver, simulated_node):
     first = fake_driver({simulated_node: "a100-mig"})
     before = {n: s["metadata"]["resourceVersion"] for n, s in _published(k8s, first).items()}
