@@ -72,7 +72,12 @@ class BindingWatch:
                     self.error = f"the pod watch failed: {err.status} {err.reason}"
                     return
                 self.restarts += 1
-                resource_version = self.core.list_namespaced_pod(self.namespace).metadata.resource_version
+                listing = self.core.list_namespaced_pod(self.namespace)
+                for pod in listing.items:  # bound while no watch ran: the list is the only one to say so
+                    if pod.spec.node_name and pod.metadata.name not in self.bound_at:
+                        self.bound_at[pod.metadata.name] = time.monotonic()
+                        self._changed.set()
+                resource_version = listing.metadata.resource_version
             except Exception as err:
                 if self._stopping:  # stop() closed the stream under us
                     return
