@@ -387,18 +387,33 @@ def every_node_says(message: str, reason: str, nodes: list[str]) -> bool:
 
 def kubelet_dra_metrics(k8s: Clients, node: str, driver: str) -> dict[str, float]:
     """The kubelet's own DRA metrics on `node`: `in_use`, the claims of `driver` it holds prepared
-    (dra_resource_claims_in_use), and the counts of successful and failed Prepare/Unprepare calls
-    (`PrepareResources`, `PrepareResources-error`, ...; all drivers: the kubelet does not label
-    those by driver)."""
+    (dra_resource_claims_in_use); the kubelet's gRPC calls to `driver` by method and status code
+    (`NodePrepareResources/OK`, `NodeUnprepareResources/Unavailable`, ...: dra_grpc_operations_duration_seconds,
+    labelled by driver); and the counts of successful and failed Prepare/Unprepare operations of all
+    drivers together (`PrepareResources`, `PrepareResources-error`, ...: not labelled by driver, so other
+    tests on the node move them too)."""
     values = {"in_use": 0.0}
     for line in k8s.get_raw(f"/api/v1/nodes/{node}/proxy/metrics").splitlines():
         if line.startswith("dra_resource_claims_in_use{") and f'driver_name="{driver}"' in line:
             values["in_use"] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("dra_grpc_operations_duration_seconds_count{") and f'driver_name="{driver}"' in line:
+            method = _label(line, "method_name").rsplit("/", 1)[-1]
+            key = f"{method}/{_label(line, 'grpc_status_code')}"
+            values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
         elif line.startswith("dra_operations_duration_seconds_count{"):
-            operation = line.split('operation_name="', 1)[1].split('"', 1)[0]
-            key = operation + ("-error" if 'is_error="true"' in line else "")
+            key = _label(line, "operation_name") + ("-error" if 'is_error="true"' in line else "")
             values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return values
+
+
+def _label(line: str, name: str) -> str:
+    return line.split(f'{name}="', 1)[1].split('"', 1)[0] if f'{name}="' in line else ""
+
+
+def grpc_failures(metrics: dict[str, float], method: str) -> dict[str, float]:
+    """The kubelet's failed gRPC calls of `method` to one driver, by status code (from kubelet_dra_metrics)."""
+    return {key.split("/", 1)[1]: count for key, count in metrics.items()
+            if key.startswith(f"{method}/") and key != f"{method}/OK"}
 
 
 # a container waiting for one of these will not start without a change: fail at once, with it
