@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,10 +22,12 @@ from pathlib import Path
 import pytest
 from kubernetes.client.rest import ApiException
 
+from conformance import objects
 from fake_devices import config as driver_config
-from fake_devices.controller import FakeDriver
+from fake_devices.controller import INSTANCE_LABEL, FakeDriver
 from harness.backends import manifests
 from harness.k8s import wait
+from harness.pytest_plugin import plugin
 
 pytestmark = pytest.mark.integration
 
@@ -176,35 +179,60 @@ def test_existing_backend_bad_input_is_located(tmp_path):
     assert unknown.returncode == 0 and "no existing-cluster entry named 'never-made'" in unknown.stdout + unknown.stderr
 
 
-def _cluster_scoped_names(k8s) -> dict[str, set[str]]:
-    """What a run could leave behind in the cluster: namespaces, nodes (with their labels), classes, slices."""
-    return {"namespaces": {n.metadata.name for n in k8s.core.list_namespace().items},
-            "nodes": {f"{n.metadata.name} {sorted((n.metadata.labels or {}).items())}"
-                      for n in k8s.core.list_node().items},
-            "classes": {c.metadata.name for c in k8s.resource.list_device_class().items},
-            "slices": {s.metadata.name for s in k8s.resource.list_resource_slice().items}}
+def _made_by_run(k8s, run_id: str) -> dict[str, set[str]]:
+    """What a run of the suite (its run id) made that is still in the cluster: every object the plugin
+    names or labels with the run id (namespaces, nodes, classes, slices of its fake-driver instances)."""
+    mark = run_id[:5]  # unique_name() puts the id's first 5 characters into every name it makes
+
+    def ours(obj) -> bool:
+        labels = obj.metadata.labels or {}
+        return f"-{mark}-" in obj.metadata.name or labels.get(plugin.RUN_ID_LABEL) == run_id \
+            or f"-{mark}-" in labels.get(INSTANCE_LABEL, "")
+
+    return {"namespaces": {n.metadata.name for n in k8s.core.list_namespace().items if ours(n)},
+            "nodes": {n.metadata.name for n in k8s.core.list_node().items if ours(n)},
+            "classes": {c.metadata.name for c in k8s.resource.list_device_class().items if ours(c)},
+            "slices": {s.metadata.name for s in k8s.resource.list_resource_slice().items if ours(s)}}
 
 
-def test_run_on_a_given_cluster_tests_it_and_leaves_it_as_it_was(k8s, dra_cluster, tmp_path):
+def test_run_on_a_given_cluster_tests_it_and_leaves_it_as_it_was(k8s, dra_cluster, tmp_path, unique_name,
+                                                                 simulated_node):
     """`dra-harness run --backend existing --kubeconfig K`: the suite runs against K through the
-    cluster record (no cluster is started or stopped), and removes everything its tests made."""
-    before = _cluster_scoped_names(k8s)
-    reports = tmp_path / "reports"
-    result = _cli(tmp_path / "state", "run", "--backend", "existing", "--kubeconfig", str(dra_cluster.kubeconfig),
-                  "--report-dir", str(reports), "-n", "0", "--", "-k", "test_claim_has_at_most_32_requests")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 passed, 0 failed" in result.stdout, result.stdout
-    record = json.loads((reports / "cluster.json").read_text())
-    assert record["backend"] == "existing" and record["kubeconfig"] == str(dra_cluster.kubeconfig)
-    assert record["server"] == dra_cluster.server
-    assert not (tmp_path / "state" / "clusters").exists()  # nothing was started
-    after = _cluster_scoped_names(k8s)
+    cluster record (no cluster is started or stopped), removes everything its tests made, and touches
+    nothing it did not make. Other tests share this cluster meanwhile, so the check is by the run's own
+    id, and by bystanders of this test's that must still be there afterwards."""
+    bystander = unique_name("bystander")
+    k8s.core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": bystander}})
+    k8s.resource.create_device_class(objects.device_class(bystander, f"{bystander}.example.com"))
+    k8s.resource.create_resource_slice(objects.resource_slice(bystander, f"{bystander}.example.com", simulated_node,
+                                                              [objects.gpu_device("gpu-0")]))
+    try:
+        reports = tmp_path / "reports"
+        result = _cli(tmp_path / "state", "run", "--backend", "existing", "--kubeconfig",
+                      str(dra_cluster.kubeconfig), "--report-dir", str(reports), "-n", "0", "--", "-k",
+                      "test_claim_has_at_most_32_requests")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "1 passed, 0 failed" in result.stdout, result.stdout
+        record = json.loads((reports / "cluster.json").read_text())
+        assert record["backend"] == "existing" and record["kubeconfig"] == str(dra_cluster.kubeconfig)
+        assert record["server"] == dra_cluster.server
+        assert not (tmp_path / "state" / "clusters").exists()  # nothing was started
+        found = re.search(r"dra-harness: .* run-id=([0-9a-f]{8})", result.stdout)
+        assert found, f"the suite's report header (its run id) is not in the output:\n{result.stdout[-3000:]}"
+        run_id = found.group(1)
+        left: dict[str, set[str]] = {}
 
-    def settled() -> bool:  # the test's namespace is deleted at teardown; it may still be terminating
-        nonlocal after
-        after = _cluster_scoped_names(k8s)
-        return after == before
+        def nothing_left() -> bool:  # the test's namespace is deleted at teardown; it may still be terminating
+            nonlocal left
+            left = {kind: names for kind, names in _made_by_run(k8s, run_id).items() if names}
+            return not left
 
-    wait.until("the cluster to be as it was before the run", settled, 120,
-               diagnostics=lambda: f"new: { {k: after[k] - before[k] for k in after} }, "
-                                   f"gone: { {k: before[k] - after[k] for k in after} }")
+        wait.until(f"the objects of run {run_id} to be gone", nothing_left, 120,
+                   diagnostics=lambda: f"left by run {run_id}: {left}")
+        assert k8s.core.read_namespace(bystander).status.phase == "Active"
+        assert k8s.resource.read_device_class(bystander).metadata.name == bystander
+        assert k8s.resource.read_resource_slice(bystander).spec.devices[0].name == "gpu-0"
+    finally:
+        wait.ignore_not_found(k8s.resource.delete_resource_slice, bystander)
+        wait.ignore_not_found(k8s.resource.delete_device_class, bystander)
+        wait.ignore_not_found(k8s.core.delete_namespace, bystander)
