@@ -1,4 +1,5 @@
-"""Ctrl-C during `cluster up --backend kind` and during `conformance run --backend kind` leaves nothing:
+"""Ctrl-C during `cluster up --backend kind` and during `conformance run --backend kind`, and an `up`
+that fails after kind created the cluster, leave nothing:
 no node container (running or stopped) in the engine, no docker bridge, no dockerd the harness started,
 no mount, no temporary build or pytest directory, no state, no process naming the cluster; the host's
 FORWARD policies as before and, once no real node holds the machine-wide record, the kubelets' sysctls.
@@ -91,4 +92,20 @@ def test_ctrl_c_during_the_suite_on_kind_leaves_nothing_and_reports_what_finishe
     assert "report (interrupted)" in text, text[-3000:]
     assert not [d for d in started if d.exists()], f"pytest's shared directory left: {started}"
     assert (report / "report.md").is_file()
+    assert before.leaks() == [], text[-3000:]
+
+
+@pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
+def test_a_failed_up_leaves_nothing_and_says_what_failed(tmp_path):
+    """The cluster is created, then loading a driver image the engine does not have fails: the
+    clean-up deletes the cluster, releases our dockerd and restores the host."""
+    name = f"fail-{uuid.uuid4().hex[:5]}"
+    before = kind_leaks.Before(name)
+    missing = f"localhost/dra-harness/no-such-image:{uuid.uuid4().hex[:6]}"
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "cluster", "up", "--backend", "kind", "--name", name,
+                           "--nodes", "1", "--driver-image", missing], capture_output=True, text=True, env=_env(),
+                          timeout=UP_TIMEOUT)
+    text = done.stdout + done.stderr
+    assert done.returncode == 1, text[-3000:]
+    assert "Traceback" not in text and missing in done.stderr, text[-3000:]
     assert before.leaks() == [], text[-3000:]
