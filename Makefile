@@ -14,16 +14,17 @@ NODE_PACKAGES := runc containernetworking-plugins busybox-static
 run: install binaries
 	$(BIN)/dra-harness run --report-dir $(REPORT_DIR)
 
-# The harness's own tests and the conformance suite, on a local cluster started for the run.
+# The harness's own tests and the conformance suite, on a local cluster started for the run; the 25
+# slowest tests are listed at the end (where CI's time goes).
 test: install binaries wirecompat example-driver
-	$(BIN)/pytest -n $(PYTEST_WORKERS) tests conformance
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --durations=25 tests conformance
 
 # The suite on a kind cluster, and a pod through a kind kubelet (docs/kind-and-existing.md): kind and the
 # node image's kubeadm built into the cache; without a Docker engine the harness starts its own (root on
 # Debian). Run on its own, not beside `make test`: it starts a 3-node kind cluster per test.
 kind-e2e: install binaries
 	$(BIN)/dra-harness binaries install --kind
-	DRA_HARNESS_KIND_E2E=1 $(BIN)/pytest tests/integration/test_kind_conformance.py \
+	DRA_HARNESS_KIND_E2E=1 $(BIN)/pytest --durations=0 tests/integration/test_kind_conformance.py \
 	  tests/integration/test_kind_e2e.py
 
 unit: install
