@@ -24,7 +24,7 @@ from pathlib import Path
 
 import bench_backend  # benchmarks/ is the script's directory
 
-from harness.core.errors import HarnessError, InvalidInput
+from harness.core.errors import HarnessError, InvalidInput, Problem
 from harness.core.progress import Reporter
 from harness.jobs import load_runner
 from load import curve, scenarios
@@ -122,6 +122,30 @@ def write_results(rows: list[dict], sizes: list[int], report_dir: Path) -> dict:
     return summary
 
 
+def merged_rows(files: list[Path], scenario: str, nodes: int) -> list[dict]:
+    """The rows of earlier sweeps' curve.json files; InvalidInput naming the file and field when one is
+    not such a file, or was measured for another scenario or node count."""
+    rows: list[dict] = []
+    for path in files:
+        try:
+            found = json.loads(path.read_text())["rows"]
+            if not isinstance(found, list) or not all(isinstance(r, dict) for r in found):
+                raise TypeError
+        except OSError as err:
+            raise InvalidInput([Problem(f"--merge {path}", "(file)", f"cannot be read: {err.strerror}",
+                                        "a curve.json this script wrote")]) from None
+        except (ValueError, KeyError, TypeError):
+            raise InvalidInput([Problem(f"--merge {path}", "rows", "not a curve.json with a list of rows",
+                                        "a curve.json this script wrote")]) from None
+        for index, row in enumerate(found):
+            for field, wanted in (("scenario", scenario), ("nodes", nodes)):
+                if row.get(field) != wanted:
+                    raise InvalidInput([Problem(f"--merge {path}", f"rows[{index}].{field}",
+                                                f"{row.get(field)!r} is not this sweep's --{field}", repr(wanted))])
+        rows += found
+    return rows
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="device-freed",
@@ -133,6 +157,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--devices-per-node", type=int, default=1)
     parser.add_argument("--time-limit", type=float, default=1800, help="bound of each run, seconds")
     parser.add_argument("--report-dir", type=Path, default=Path("reports/requeue-curve"))
+    parser.add_argument("--merge", type=Path, action="append", default=[], metavar="CURVE_JSON",
+                        help="rows of an earlier sweep (its curve.json) of the same scenario and nodes, aggregated "
+                             "with this one's (e.g. the largest size swept on its own); repeatable")
     bench_backend.add_flags(parser, ALLOWED)
     return bench_backend.resolve(parser, parser.parse_args(argv), ALLOWED, WHY_LOCAL)
 
@@ -150,11 +177,13 @@ def main() -> int:
         print("error: --waiting must be comma-separated counts, --repeats 2 to 50 (an interval needs two)",
               file=sys.stderr)
         return 2
+        earlier = merged_rows(args.merge, args.scenario, args.nodes)
     except InvalidInput as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     args.report_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows: list[dict] = []
+    all_sizes = sorted(set(sizes) | {r["waiting"] for r in earlier})
     started = time.monotonic()
     for repeat in range(args.repeats):
         for size in sizes:
@@ -165,11 +194,11 @@ def main() -> int:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 # Written after every run: a sweep stopped after some repetitions still leaves its data.
-                summary = write_results(rows, sizes, args.report_dir)
-        plot(summary, sizes, args.report_dir, args.scenario)
-    contended = sum(1 for r in rows if r["contended"])
-    failed = [r for r in rows if r.get("error")]
-    print(f"{len(rows)} runs in {time.monotonic() - started:.0f}s; {contended} contended "
+                summary = write_results(earlier + rows, all_sizes, args.report_dir)
+        plot(summary, all_sizes, args.report_dir, args.scenario)
+    contended = sum(1 for r in earlier + rows if r["contended"])
+    failed = [r for r in earlier + rows if r.get("error")]
+    print(f"{len(rows)} runs in {time.monotonic() - started:.0f}s ({len(earlier)} merged); {contended} contended "
           f"(others took more than 10 % of the machine); {len(failed)} failed")
     for row in failed:
         print(f"failed: {row['waiting']} waiting, hints {'on' if row['hints'] else 'off'}: {row['error']}")

@@ -4,10 +4,13 @@ and refuses the others with exit status 2, naming the flag, why, and what is all
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 
 import pytest
+
+from harness.core.errors import InvalidInput
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -98,3 +101,25 @@ def test_a_backend_that_refuses_the_spec_exits_2_with_its_message(bench, monkeyp
         bench_backend.start("existing", ClusterSpec(name="b", kubeconfig="/nonexistent/kubeconfig", deploy=False))
     assert stopped.value.code == 2
     assert "--kubeconfig: /nonexistent/kubeconfig: no such file" in capsys.readouterr().err
+
+
+def test_requeue_curve_merges_earlier_rows_and_refuses_other_sweeps(bench, tmp_path):
+    script = bench("requeue_curve")
+    rows = [{"scenario": "device-freed", "nodes": 1000, "waiting": 5000, "hints": True}]
+    good = tmp_path / "curve.json"
+    good.write_text(json.dumps({"rows": rows, "summary": {}}))
+    assert script.merged_rows([good], "device-freed", 1000) == rows
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"rows": [{**rows[0], "nodes": 500}]}))
+    with pytest.raises(InvalidInput) as refused:
+        script.merged_rows([good, other], "device-freed", 1000)
+    assert str(refused.value.problems[0]) == (f"--merge {other}: rows[0].nodes: 500 is not this sweep's --nodes "
+                                              "(allowed: 1000)")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(InvalidInput) as refused:
+        script.merged_rows([broken], "device-freed", 1000)
+    assert "rows: not a curve.json with a list of rows" in str(refused.value.problems[0])
+    with pytest.raises(InvalidInput) as refused:
+        script.merged_rows([tmp_path / "missing.json"], "device-freed", 1000)
+    assert "(file): cannot be read" in str(refused.value.problems[0])
