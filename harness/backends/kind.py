@@ -490,11 +490,12 @@ class KindBackend(Backend):
         created = False
         runner = Runner(self.reporter, env=tools.env, actions={
             "write-files": lambda: self._write_files(plan, options),
-            "wait-nodes": lambda: self._wait(plan, "nodes"),
+            "wait-nodes": lambda: self._wait(plan, "nodes", tools),
             "wait-rollout": lambda: self._wait(plan, "rollout"),
             "wait-slices": lambda: self._wait(plan, "slices"),
         })
         try:
+            self._inotify_room(plan)
             for step in plan.steps:
                 if step.argv[:3] == (tools.kind, "create", "cluster"):
                     created = True  # from here on a failure must delete the cluster
@@ -517,6 +518,16 @@ class KindBackend(Backend):
             raise
         self._save(plan, options, phase="running")
         return self.info(plan.name)
+
+    def _inotify_room(self, plan: Plan) -> None:
+        """Every kind node's kubelet needs inotify instances under root's limit; past it, it never gets
+        Ready (measured: a 10-node cluster at the default 128 left two workers NotReady)."""
+        raised, short = docker.room_for_nodes(len(plan.node_names), own=plan.name in self._own_engine)
+        for change in raised:
+            self.reporter.info(f"raised {change} for {len(plan.node_names)} kind nodes (restored when the "
+                               "harness's dockerd stops)")
+        for problem in short:
+            self.reporter.info(f"warning: {problem}; nodes past the limit will not get Ready")
 
     def suite_driver_config(self, name: str) -> Path | None:
         return self.write_vendor_file(name)
@@ -576,11 +587,12 @@ class KindBackend(Backend):
                 shutil.copy2(deploy / name, context / name)
         manifests.write_kustomization(plan.deployment, plan.directory / "deploy")
 
-    def _wait(self, plan: Plan, what: str) -> None:
+    def _wait(self, plan: Plan, what: str, tools: Tools | None = None) -> None:
         clients = Clients(plan.directory / "kubeconfig")
         try:
             if what == "nodes":
-                manifests.wait_nodes_ready(clients, set(plan.node_names), NODE_TIMEOUT)
+                manifests.wait_nodes_ready(clients, set(plan.node_names), NODE_TIMEOUT,
+                                           explain=lambda waiting: _kubelet_logs(waiting, tools))
             elif what == "rollout":
                 manifests.wait_rollout(clients, ROLLOUT_TIMEOUT)
             else:
@@ -689,3 +701,16 @@ def _known_gates(kubernetes_version: str) -> set[str] | None:
     except BinariesError:
         return None
     return known_gates(binset) or None
+
+
+def _kubelet_logs(nodes: list[str], tools: Tools | None, lines: int = 12) -> str:
+    """The last lines of each node container's kubelet journal: why a kind node is not Ready."""
+    if tools is None:
+        return ""
+    parts = []
+    for node in nodes:
+        done = run_quiet([tools.docker, "exec", node, "journalctl", "--unit=kubelet", "--no-pager", "--quiet",
+                          f"--lines={lines}", "--output=cat"], timeout=30, env=tools.env)
+        text = (done.stdout or done.stderr or "").strip() or "(empty)"
+        parts.append(f"--- kubelet of {node} (docker exec {node} journalctl -u kubelet) ---\n{text}")
+    return "\n".join(parts)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from fake_devices import render
 from fake_devices.config import DEVICE_TYPES, PROFILE_LABEL
 from harness.backends.commands import command
 from harness.core.errors import ConfigError, HarnessError, Problem
-from harness.k8s.nodes import is_ready
+from harness.k8s.nodes import is_ready, why_not_ready
 from harness.k8s.wait import describe_namespace, until
 
 NAMESPACE = "dra-harness-system"
@@ -341,16 +342,24 @@ def wait_published(clients, served: set[str], timeout: float) -> int:
     return len(state["expected"])
 
 
-def wait_nodes_ready(clients, names: set[str], timeout: float) -> None:
-    state: dict = {}
+def wait_nodes_ready(clients, names: set[str], timeout: float,
+                     explain: Callable[[list[str]], str] | None = None) -> None:
+    """Wait until every node of `names` is Ready; at the deadline name each one that is not and why
+    (its Ready condition), plus what `explain` adds for those nodes (e.g. their kubelets' logs)."""
+    state: dict = {"nodes": {}}
 
     def ready() -> bool:
-        nodes = {n.metadata.name: n for n in clients.core.list_node().items}
-        state["waiting"] = sorted(n for n in names if n not in nodes or not is_ready(nodes[n]))
+        state["nodes"] = {n.metadata.name: n for n in clients.core.list_node().items}
+        state["waiting"] = sorted(n for n in names if n not in state["nodes"] or not is_ready(state["nodes"][n]))
         return not state["waiting"]
 
+    def diagnostics() -> str:
+        waiting = state.get("waiting", sorted(names))
+        text = "not Ready:\n" + "\n".join(f"  {n}: {why_not_ready(state['nodes'].get(n))}" for n in waiting)
+        return text + ("\n" + explain(waiting) if explain else "")
+
     until(f"{len(names)} nodes to be Ready", _unreachable_is_not_yet(ready), timeout, interval=1.0,
-          diagnostics=lambda: "not Ready: " + ", ".join(state.get("waiting", [])))
+          diagnostics=diagnostics)
 
 
 def _apps(clients):

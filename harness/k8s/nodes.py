@@ -23,3 +23,18 @@ def is_ready(node) -> bool:
     ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
     taints = (node.spec.taints or []) if node.spec else []
     return ready and not any(t.key in NOT_READY_TAINTS for t in taints)
+
+
+def why_not_ready(node) -> str:
+    """Why a node (a kubernetes client V1Node, or None when it never registered) is not Ready, in words:
+    its Ready condition's reason and message, or the not-ready taints it still carries."""
+    if node is None:
+        return "never registered (its kubelet did not start or cannot reach the API server)"
+    conditions = (node.status.conditions or []) if node.status else []
+    ready = next((c for c in conditions if c.type == "Ready"), None)
+    if ready is None:
+        return "registered, no Ready condition yet"
+    if ready.status != "True":
+        return f"Ready={ready.status} ({ready.reason}: {ready.message})"
+    taints = sorted(t.key for t in (node.spec.taints or []) if t.key in NOT_READY_TAINTS) if node.spec else []
+    return f"Ready but still tainted {', '.join(taints)}"

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
+from harness.backends.kindhost import docker
 from harness.backends.local import process
 from harness.backends.local.realnode import host, inotify, preflight
 from harness.core import paths
@@ -258,3 +259,32 @@ def test_preflight_names_an_inotify_limit_it_cannot_raise(tmp_path, monkeypatch)
     assert str(short) in preflight.problems(1)
     assert str(short) not in preflight.problems(0)
     assert set(asked) == {True}  # before `up` starts anything: the control plane counts too
+
+
+def test_kind_nodes_count_with_their_own_footprint_and_as_root(monkeypatch):
+    """A kind node container runs a kubelet, containerd, systemd, kube-proxy and dbus as root: a 10-node
+    cluster does not fit root's default 128 instances (measured: its last two workers never got Ready)."""
+    seen = []
+    monkeypatch.setattr(inotify, "limit", lambda name: {inotify.INSTANCES: 128, inotify.WATCHES: 192530}[name])
+    monkeypatch.setattr(inotify, "usage", lambda uid: seen.append(uid) or inotify.Usage(instances=0, watches=0))
+    assert inotify.shortfalls(3, footprint=inotify.KIND_NODE, uid=0) == []  # kind-small fits
+    short = inotify.shortfalls(10, footprint=inotify.KIND_NODE, uid=0)
+    assert [(s.sysctl, s.needed) for s in short] == [(inotify.INSTANCES, 10 * inotify.KIND_NODE[inotify.INSTANCES])]
+    assert short[0].describe("10 kind nodes").startswith(
+        "fs.inotify.max_user_instances is 128 and 0 are in use by this user: 10 kind nodes need 240 more")
+    assert set(seen) == {0}
+
+
+def test_room_for_kind_nodes_raises_only_under_our_own_engine(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(docker.machine_settings, "acquire",
+                        lambda root, nodes, **kwargs: calls.append((root, nodes, kwargs)) or ["raised"])
+    monkeypatch.setattr(docker.inotify, "shortfalls", lambda nodes, **kwargs: [
+        inotify.Shortfall(inotify.INSTANCES, limit=128, used=0, needed=nodes * 24)])
+    layout = docker.Layout(tmp_path)
+    assert docker.room_for_nodes(10, own=True, layout=layout) == (["raised"], [])
+    assert calls == [(layout.root, 10, {"footprint": inotify.KIND_NODE, "uid": 0})]
+    raised, short = docker.room_for_nodes(10, own=False, layout=layout)
+    assert raised == [] and len(calls) == 1  # an engine we did not start: its host is left as it is
+    assert short == ["fs.inotify.max_user_instances is 128 and 0 are in use by this user: 10 kind nodes need 240 "
+                     "more; raise it, e.g. `sysctl -w fs.inotify.max_user_instances=368`"]

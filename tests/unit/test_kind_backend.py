@@ -21,12 +21,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes.client import V1Node, V1NodeCondition, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
 
 from harness.backends import commands, kind, manifests
 from harness.backends.commands import CommandFailed, Runner, Step, command
 from harness.config import cluster, featuregates
 from harness.core.errors import ClusterNotFound, ConfigError, HarnessError
 from harness.core.progress import Reporter
+from harness.k8s import nodes
 
 GOLDEN = Path(__file__).resolve().parent / "testdata" / "golden" / "kind-mixed.yaml"
 REPO = Path(__file__).resolve().parents[2]
@@ -390,7 +392,7 @@ def _calls(work: Path) -> list[list[str]]:
 
 def _backend(tools, waits: list):
     backend = kind.KindBackend(Reporter(quiet=True), preflight=lambda: tools)
-    backend._wait = lambda plan, what: waits.append(what)
+    backend._wait = lambda plan, what, tools=None: waits.append(what)
     return backend
 
 
@@ -554,3 +556,31 @@ def test_an_own_older_engine_loads_images_without_platform_flags(monkeypatch):
     assert steps and all("--platform" not in s for s in steps)
     with pytest.raises(HarnessError, match="20.10.24 is too old"):  # the machine's own engine: still >= 28
         kind.preflight(which=_which("docker", "kind"), run=_fake_run(outputs), kubectl_finder=lambda: "/k")
+
+
+def test_a_node_that_is_not_ready_is_named_with_its_reason():
+    def node(status: str, reason: str = "KubeletNotReady", message: str = "container runtime network not ready",
+             taints=()):
+        return V1Node(metadata=V1ObjectMeta(name="n"), spec=V1NodeSpec(taints=[V1Taint(key=k, effect="NoSchedule")
+                                                                            for k in taints]),
+                      status=V1NodeStatus(conditions=[V1NodeCondition(type="Ready", status=status, reason=reason,
+                                                                      message=message)]))
+
+    assert nodes.why_not_ready(None).startswith("never registered")
+    assert nodes.why_not_ready(node("False")) == ("Ready=False (KubeletNotReady: container runtime network not "
+                                                  "ready)")
+    assert nodes.why_not_ready(node("True", taints=["node.kubernetes.io/not-ready"])) == (
+        "Ready but still tainted node.kubernetes.io/not-ready")
+    empty = V1Node(metadata=V1ObjectMeta(name="n"), status=V1NodeStatus(conditions=[]))
+    assert nodes.why_not_ready(empty) == "registered, no Ready condition yet"
+
+
+def test_kubelet_logs_name_each_node_and_what_its_journal_says(tmp_path):
+    docker = tmp_path / "docker"
+    docker.write_text("#!/bin/sh\necho \"$2: E1201 kubelet.go: error creating fsnotify watcher: too many open files\"\n")
+    docker.chmod(0o755)
+    tools = kind.Tools(docker=str(docker), env=dict(os.environ))
+    text = kind._kubelet_logs(["c-worker8", "c-worker9"], tools)
+    assert "--- kubelet of c-worker8 (docker exec c-worker8 journalctl -u kubelet) ---" in text
+    assert "c-worker9: E1201 kubelet.go: error creating fsnotify watcher: too many open files" in text
+    assert kind._kubelet_logs(["x"], None) == ""

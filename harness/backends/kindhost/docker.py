@@ -36,6 +36,7 @@ from harness.backends.commands import run_quiet
 from harness.backends.kindhost import capabilities, hostnet, wrapper_file
 from harness.backends.local import process
 from harness.backends.local.realnode import host as machine_settings
+from harness.backends.local.realnode import inotify
 from harness.core import paths
 from harness.core.errors import HarnessError
 from harness.core.files import write_atomic
@@ -268,6 +269,19 @@ def acquire(user: str, reporter: Reporter | None = None, *, layout: Layout | Non
         record["users"] = sorted(set(record.get("users", [])) | {user})
         _save(layout, record)
     return Engine(cli, {"DOCKER_HOST": layout.host}, owned=True)
+
+
+def room_for_nodes(nodes: int, *, own: bool, layout: Layout | None = None) -> tuple[list[str], list[str]]:
+    """inotify room for `nodes` kind node containers, whose kubelets, containerds and systemds run as root
+    whoever runs the harness. With our own dockerd the limits are raised under the machine-wide record it
+    holds, and restored with the other host settings when it stops: returns (what was raised, []). An
+    engine the harness did not start keeps its host as it is: returns ([], what is short and how to
+    raise it), for a warning."""
+    if own:
+        layout = layout or Layout.default()
+        return machine_settings.acquire(layout.root, nodes, footprint=inotify.KIND_NODE, uid=0), []
+    return [], [short.describe(f"{nodes} kind nodes") for short in
+                inotify.shortfalls(nodes, footprint=inotify.KIND_NODE, uid=0)]
 
 
 def release(user: str, reporter: Reporter | None = None, *, layout: Layout | None = None) -> list[str]:

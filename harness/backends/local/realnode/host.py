@@ -165,9 +165,11 @@ def owners() -> list[str]:
     return [o["cluster"] for o in _load().get("owners", []) if owner_alive(o)]
 
 
-def acquire(cluster_dir: Path, nodes: int = 1) -> list[str]:
+def acquire(cluster_dir: Path, nodes: int = 1, *, footprint: dict[str, int] | None = None,
+            uid: int | None = None) -> list[str]:
     """Register the cluster as an owner (the first records the baseline) and make room for `nodes`
-    real nodes in the inotify limits. Returns what was raised, as `name: old -> new`."""
+    real nodes (or nodes of another `footprint`, run by `uid`: inotify.shortfalls) in the inotify limits.
+    Returns what was raised, as `name: old -> new`."""
     RECORD_DIR.mkdir(parents=True, exist_ok=True)
     with file_lock(_lock_file()):
         record = _load()
@@ -179,7 +181,7 @@ def acquire(cluster_dir: Path, nodes: int = 1) -> list[str]:
         record["owners"] = [*others, _owner(cluster_dir)]
         _save(record)  # before changing anything, so the change is always undone
         raised = []
-        for short in inotify.shortfalls(nodes):
+        for short in inotify.shortfalls(nodes, footprint=footprint, uid=uid):
             failed = write_sysctls({short.sysctl: str(short.raise_to)})
             raised += failed or [f"{short.sysctl}: {short.limit} -> {short.raise_to}"]
         return raised

@@ -19,6 +19,11 @@ WATCHES = "fs.inotify.max_user_watches"
 # What one real node opens (measured: kubelet 6 instances and 40-80 watches, containerd 2 and 2,
 # the Python kubelet plugins none), doubled: the kubelet opens more as pods come and go.
 PER_NODE = {INSTANCES: 16, WATCHES: 1024}
+# What one kind node container opens (measured on a 3-node kind v0.33.0 cluster, per node: kubelet 7,
+# systemd 4, containerd 2, kube-proxy 1, dbus 1 instances, ~150 watches; the control-plane node's
+# apiserver and controller-manager 13 more), with room. They run as root whoever runs the harness: at the
+# default limit of 128 instances a 10-node kind cluster left its last two kubelets NotReady.
+KIND_NODE = {INSTANCES: 24, WATCHES: 1024}
 # What a cluster's control plane opens (measured: controller-manager 7, apiserver 3, scheduler 2
 # instances, 20 watches in all), with room: counted when it has not started yet.
 CONTROL_PLANE = {INSTANCES: 16, WATCHES: 256}
@@ -74,7 +79,10 @@ class Shortfall:
         return self.used + self.needed + MARGIN[self.sysctl]
 
     def __str__(self) -> str:
-        return (f"{self.sysctl} is {self.limit} and {self.used} are in use by this user: the real nodes need "
+        return self.describe("the real nodes")
+
+    def describe(self, what: str) -> str:
+        return (f"{self.sysctl} is {self.limit} and {self.used} are in use by this user: {what} need "
                 f"{self.needed} more; raise it, e.g. `sysctl -w {self.sysctl}={self.raise_to}`")
 
 
@@ -85,14 +93,16 @@ def limit(sysctl: str) -> int | None:
         return None  # not on this kernel
 
 
-def shortfalls(nodes: int, *, control_plane: bool = False, uid: int | None = None) -> list[Shortfall]:
-    """The inotify limits too low for `nodes` more real nodes of this user, plus the control plane
-    of their cluster when it has not started yet (empty: they fit)."""
+def shortfalls(nodes: int, *, control_plane: bool = False, uid: int | None = None,
+               footprint: dict[str, int] | None = None) -> list[Shortfall]:
+    """The inotify limits too low for `nodes` more nodes of this user (real nodes, or with
+    `footprint=KIND_NODE` kind node containers), plus the control plane of their cluster when it has not
+    started yet (empty: they fit)."""
     if nodes <= 0:
         return []
     used = usage(os.geteuid() if uid is None else uid)
     found = []
-    for sysctl, per_node in PER_NODE.items():
+    for sysctl, per_node in (footprint or PER_NODE).items():
         current = limit(sysctl)
         needed = nodes * per_node + (CONTROL_PLANE[sysctl] if control_plane else 0)
         if current is not None and current - used.of(sysctl) < needed:
