@@ -17,11 +17,13 @@ import contextlib
 import shlex
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -29,6 +31,7 @@ from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
 
 OUTPUT_TAIL = 25  # lines of a failed command's output shown in the error
+TOGETHER_MAX = 4  # commands of one `together` step running at once (a 2-core machine gains little past that)
 
 
 @dataclass(frozen=True)
@@ -40,22 +43,31 @@ class Step:
     argv: tuple[str, ...] = ()
     pipe_from: tuple[str, ...] = ()  # `pipe_from | argv`
     stdout_file: Path | None = None  # `argv > stdout_file`
+    stdin_file: Path | None = None  # `argv < stdin_file`
     action: str | None = None  # a backend action instead of a command (see Runner.actions)
+    # commands run at the same time (at most TOGETHER_MAX at once), each with its own deadline
+    together: tuple[Step, ...] = ()
     expect_lines: frozenset[str] | None = None  # the command's output lines must be exactly these
     timeout: float = 600.0
 
     def __post_init__(self) -> None:
-        if bool(self.argv) == bool(self.action):
-            raise ValueError(f"step {self.title!r}: give either argv or action")
+        if sum(map(bool, (self.argv, self.action, self.together))) != 1:
+            raise ValueError(f"step {self.title!r}: give one of argv, action or together")
+        if any(s.action or s.together or s.pipe_from or s.stdout_file for s in self.together):
+            raise ValueError(f"step {self.title!r}: together takes plain commands (argv, stdin_file) only")
 
     def __str__(self) -> str:
         if self.action:
             return f"[{self.action}] {self.title}"
+        if self.together:
+            return " & ".join(str(s) for s in self.together)
         text = shlex.join(self.argv)
         if self.pipe_from:
             text = shlex.join(self.pipe_from) + " | " + text
         if self.stdout_file is not None:
             text += f" > {shlex.quote(str(self.stdout_file))}"
+        if self.stdin_file is not None:
+            text += f" < {shlex.quote(str(self.stdin_file))}"
         return text
 
 
@@ -120,7 +132,41 @@ class Runner:
                     raise HarnessError(f"internal error: no handler for action {step.action!r}") from None
                 handler()
                 return ""
+            if step.together:
+                self._together(step)
+                return ""
             return self._command(step)
+
+    def _together(self, step: Step) -> None:
+        """Run the step's commands at the same time, at most TOGETHER_MAX at once; every one that fails
+        is named. Interrupted (Ctrl-C), the running ones are killed with their children."""
+        pending, failures = list(step.together), []
+        running: list[_Started] = []
+        try:
+            while pending or running:
+                while pending and len(running) < TOGETHER_MAX:
+                    try:
+                        running.append(_Started.of(pending.pop(0), self._popen, self._env_option()))
+                    except CommandFailed as err:  # could not start: named with the others
+                        failures.append(str(err))
+                for started in list(running):
+                    code = started.poll()
+                    if code is None:
+                        continue
+                    running.remove(started)
+                    if code != 0:
+                        failures.append(started.failure(code))
+                if running:
+                    _wait(running[0].proc, min(time.monotonic() + 0.2, running[0].deadline))
+        except BaseException:
+            for started in running:
+                _kill(started.proc)
+            raise
+        finally:
+            for started in running:
+                started.close()
+        if failures:
+            raise CommandFailed(f"{step.title}: " + "\n".join(failures))
 
     def _env_option(self) -> dict:
         return {"env": self._env} if self._env is not None else {}  # fake popens in tests take no env
@@ -171,6 +217,54 @@ class Runner:
             if got != step.expect_lines:
                 raise CommandFailed(f"{step.title}: `{step}` printed {sorted(got)}, expected {sorted(step.expect_lines)}")
         return stdout
+
+
+@dataclass
+class _Started:
+    """One command of a `together` step, running: its output goes to a temporary file (read on failure)."""
+
+    step: Step
+    proc: subprocess.Popen
+    stdin: IO[bytes] | None  # None: /dev/null
+    output: IO[bytes]
+    deadline: float
+    text: bytes = b""
+    timed_out: bool = False
+
+    @classmethod
+    def of(cls, step: Step, popen: Callable, env_option: dict) -> _Started:
+        stdin = open(step.stdin_file, "rb") if step.stdin_file is not None else None  # noqa: SIM115
+        output = tempfile.TemporaryFile()  # noqa: SIM115  (closed by close())
+        try:
+            proc = popen(list(step.argv), stdin=stdin if stdin is not None else subprocess.DEVNULL, stdout=output,
+                         stderr=subprocess.STDOUT, **env_option)
+        except FileNotFoundError as err:
+            for handle in (stdin, output):
+                if handle is not None:
+                    handle.close()
+            raise CommandFailed(f"{step.title}: cannot run {err.filename}: not installed") from None
+        return cls(step, proc, stdin, output, time.monotonic() + step.timeout)
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is None and time.monotonic() >= self.deadline:
+            _kill(self.proc)
+            self.timed_out, code = True, self.proc.returncode
+        if code is not None:
+            self.output.seek(0)
+            self.text = self.output.read()
+            self.close()
+        return code
+
+    def failure(self, code: int) -> str:
+        if self.timed_out:
+            return f"{self.step.title}: `{self.step}` did not finish within {self.step.timeout:.0f}s"
+        return f"{self.step.title}: `{self.step}` exited with {code}" + _tail(self.text)
+
+    def close(self) -> None:
+        for handle in (self.stdin, self.output):
+            if handle is not None and not handle.closed:
+                handle.close()
 
 
 def _kill(*processes) -> None:

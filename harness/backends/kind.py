@@ -54,6 +54,7 @@ from harness.core.progress import Reporter
 from harness.k8s.client import Clients
 
 KIND_MIN_VERSION = (0, 33, 0)
+DRIVER_IMAGE_LABEL = "dra-harness.x-k8s.io/image=fake-driver"  # deploy/Dockerfile's LABEL
 DOCKER_MIN_VERSION = (28, 0)  # `docker save --platform` needs Docker Engine 28 (API 1.48)
 
 # The node image, pinned by digest. This is the default node image of kind v0.33.0
@@ -185,6 +186,9 @@ def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...],
                     f"--wheel-dir={context / 'dist'}", manifests.repo_root(), timeout=600),
             command(f"building the driver image {image}" + (f" on {driver_base}" if driver_base else ""), *build,
                     f"--file={context / 'Dockerfile'}", context, timeout=1200),
+            # the image this build untagged (400 MB each: every `up` left one in the engine's data root)
+            command("removing the driver image the build replaced", tools.docker, "image", "prune", "--force",
+                    f"--filter=label={DRIVER_IMAGE_LABEL}", timeout=300),
         ]
     steps += [
         command(f"creating kind cluster {name!r} ({len(nodes)} nodes)", tools.kind, "create", "cluster",
@@ -194,11 +198,16 @@ def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...],
                 expect_lines=frozenset(nodes), timeout=60),
     ]
     platform = [f"--platform={tools.platform}"] if tools.save_platform else []
-    for node in nodes:
-        steps.append(command(f"loading the driver image into {node}", tools.docker, "exec", "--interactive", node,
-                             "ctr", "--namespace=k8s.io", "images", "import", *platform,
-                             "--digests", "-", pipe_from=(tools.docker, "save", *platform, image),
-                             timeout=600))
+    # Saved once, then imported into the nodes side by side (measured, 3 nodes: one save 6 s, the imports
+    # 31 s together; saving and importing one node after the other took 30 s per node).
+    archive = directory / "driver-image.tar"
+    steps.append(command("saving the driver image", tools.docker, "save", *platform, f"--output={archive}", image,
+                         timeout=600))
+    steps.append(Step(f"loading the driver image into {len(nodes)} nodes", together=tuple(
+        command(f"loading the driver image into {node}", tools.docker, "exec", "--interactive", node, "ctr",
+                "--namespace=k8s.io", "images", "import", *platform, "--digests", "-", stdin_file=archive,
+                timeout=600) for node in nodes)))
+    steps.append(action("drop-archive", "removing the saved image"))
     steps.append(action("wait-nodes", f"waiting for {len(nodes)} nodes to be Ready"))
     if deploy:
         steps += [
@@ -490,6 +499,7 @@ class KindBackend(Backend):
         created = False
         runner = Runner(self.reporter, env=tools.env, actions={
             "write-files": lambda: self._write_files(plan, options),
+            "drop-archive": lambda: (plan.directory / "driver-image.tar").unlink(missing_ok=True),
             "wait-nodes": lambda: self._wait(plan, "nodes", tools),
             "wait-rollout": lambda: self._wait(plan, "rollout"),
             "wait-slices": lambda: self._wait(plan, "slices"),

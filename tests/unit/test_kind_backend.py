@@ -118,13 +118,14 @@ def test_up_runs_exactly_these_commands(state_dir):
         "[write-files] writing the kind config, the image build context and the kustomization",
         f"/venv/bin/python -m pip wheel --no-deps --quiet --wheel-dir={d}/image/dist {REPO}",
         f"/usr/bin/docker build --tag={image} --file={d}/image/Dockerfile {d}/image",
+        "/usr/bin/docker image prune --force --filter=label=dra-harness.x-k8s.io/image=fake-driver",
         f"/usr/local/bin/kind create cluster --name=ci --config={d}/kind-config.yaml --kubeconfig={d}/kubeconfig "
         "--wait=300s",
         "/usr/local/bin/kind get nodes --name=ci",
-    ] + [
-        f"/usr/bin/docker save --platform=linux/amd64 {image} | /usr/bin/docker exec --interactive {node} ctr "
-        "--namespace=k8s.io images import --platform=linux/amd64 --digests -" for node in nodes
-    ] + [
+        f"/usr/bin/docker save --platform=linux/amd64 --output={d}/driver-image.tar {image}",
+        " & ".join(f"/usr/bin/docker exec --interactive {node} ctr --namespace=k8s.io images import "
+                   f"--platform=linux/amd64 --digests - < {d}/driver-image.tar" for node in nodes),
+        "[drop-archive] removing the saved image",
         "[wait-nodes] waiting for 10 nodes to be Ready",
         f"{kubectl} kustomize {d}/deploy > {d}/manifests.yaml",
         f"{kubectl} apply --filename={d}/manifests.yaml",
@@ -132,7 +133,7 @@ def test_up_runs_exactly_these_commands(state_dir):
         "[wait-slices] waiting until every node's ResourceSlices are published",
     ]
     assert [str(step) for step in plan.steps] == expected
-    assert plan.steps[4].expect_lines == frozenset(nodes)  # kind must have named the nodes as planned
+    assert plan.steps[5].expect_lines == frozenset(nodes)  # kind must have named the nodes as planned
     assert plan.deployment.overlay == "mixed" and plan.deployment.deployed_by == "ci"
     assert plan.deployment.extended_resources == {"gpu": "example.com/gpu"}
 
@@ -141,7 +142,9 @@ def test_a_given_driver_image_is_loaded_not_built_and_no_deploy_skips_the_manife
     plan = _plan(definition=None, nodes=1, driver_image="registry.example/fake-driver:dev", deploy=False)
     text = [str(s) for s in plan.steps]
     assert not any("docker build" in t or "pip wheel" in t for t in text)
-    assert sum("docker save --platform=linux/amd64 registry.example/fake-driver:dev |" in t for t in text) == 2
+    assert sum("docker save --platform=linux/amd64 --output=" in t and t.endswith("registry.example/fake-driver:dev")
+               for t in text) == 1
+    assert [s for s in plan.steps if s.together][0].title == "loading the driver image into 2 nodes"
     assert not any("kubectl" in t for t in text)
     assert text[-1] == "[wait-nodes] waiting for 2 nodes to be Ready"
 
@@ -314,6 +317,36 @@ def test_runner_failures_name_the_command_and_show_its_output():
         runner.run(command("slow", "sleep", "30", timeout=0.3))
 
 
+def test_together_runs_the_commands_at_the_same_time_and_names_every_failure(tmp_path):
+    runner = Runner(Reporter(quiet=True))
+    archive = tmp_path / "archive"
+    archive.write_text("payload")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    # each command waits until all three have started: only side by side can they finish
+    wait_all = f"touch {marks}/$0; while [ $(ls {marks} | wc -l) -lt 3 ]; do sleep 0.05; done; cat > {tmp_path}/$0.out"
+    runner.run(Step("three", together=tuple(command(f"to {n}", "sh", "-c", wait_all, n, stdin_file=archive, timeout=30)
+                                            for n in ("a", "b", "c"))))
+    assert [(tmp_path / f"{n}.out").read_text() for n in ("a", "b", "c")] == ["payload"] * 3
+
+
+def test_together_names_each_failed_command_with_its_output():
+    runner = Runner(Reporter(quiet=True))
+    with pytest.raises(CommandFailed) as err:
+        runner.run(Step("loading", together=(
+            command("into n1", "sh", "-c", "echo n1 is full >&2; exit 3"),
+            command("into n2", "true"),
+            command("into n3", "sleep", "30", timeout=0.5),
+            command("into n4", "/nonexistent/ctr"))))
+    text = str(err.value)
+    assert text.startswith("loading: ")
+    assert "into n1: `sh -c 'echo n1 is full >&2; exit 3'` exited with 3" in text and "n1 is full" in text
+    assert "into n3: `sleep 30` did not finish within 0s" in text
+    assert "into n4: cannot run /nonexistent/ctr: not installed" in text and "n2" not in text
+    with pytest.raises(ValueError):
+        Step("nested", together=(Step("inner", together=(command("x", "true"),)),))
+
+
 def test_steps_are_commands_or_actions():
     with pytest.raises(ValueError):
         Step("neither")
@@ -351,7 +384,11 @@ elif tool == "kind" and args[:2] == ["get", "clusters"]:
 elif tool == "kind" and args[:2] == ["get", "nodes"]:
     print(os.environ["FAKE_NODES"].replace(",", "\n"))
 elif tool == "docker" and args[0] == "save":
-    sys.stdout.write("IMAGE-ARCHIVE " + args[-1])
+    output = next((a.split("=", 1)[1] for a in args if a.startswith("--output=")), None)
+    if output:
+        Path(output).write_text("IMAGE-ARCHIVE " + args[-1])
+    else:
+        sys.stdout.write("IMAGE-ARCHIVE " + args[-1])
 elif tool == "docker" and args[0] == "exec":
     data = sys.stdin.read()
     assert data.startswith("IMAGE-ARCHIVE "), data
@@ -416,6 +453,8 @@ def test_up_and_down_run_the_plan_against_the_tools(fake_tools, monkeypatch, sta
             if step.pipe_from:
                 group.append(tuple([Path(step.pipe_from[0]).name, *step.pipe_from[1:]]))
             groups.append(sorted(group))
+        elif step.together:  # run side by side: any order within the step
+            groups.append(sorted(tuple([Path(s.argv[0]).name, *s.argv[1:]]) for s in step.together))
     position = 0
     for group in groups:
         assert sorted(commands_run[position:position + len(group)]) == group
@@ -424,7 +463,8 @@ def test_up_and_down_run_the_plan_against_the_tools(fake_tools, monkeypatch, sta
     assert [c[1] for c in commands_run if c[0] == "kind"] == ["create", "get"]
     assert waits == ["nodes", "rollout", "slices"]
     image = manifests.default_image()
-    assert (work / "imported.txt").read_text().splitlines() == [f"{n} {image}" for n in plan.node_names]
+    assert sorted((work / "imported.txt").read_text().splitlines()) == sorted(f"{n} {image}" for n in plan.node_names)
+    assert not (state_dir / "kind" / "t" / "driver-image.tar").exists()  # 400 MB: removed once loaded
     directory = state_dir / "kind" / "t"
     assert yaml.safe_load((directory / "kind-config.yaml").read_text()) == plan.config
     kustomization = yaml.safe_load((directory / "deploy" / "kustomization.yaml").read_text())
@@ -510,6 +550,8 @@ def test_the_wheel_the_image_installs_has_both_entry_points_and_the_data(tmp_pat
     dockerignore = (REPO / "deploy" / ".dockerignore").read_text().split()
     assert dockerignore[-1] == "!dist/dra_harness-*.whl" and "*" in dockerignore  # only the wheel goes in
     assert "FROM ${BASE_IMAGE}" in (REPO / "deploy" / "Dockerfile").read_text()
+    # what a rebuild prunes is marked by the Dockerfile itself
+    assert f"LABEL {kind.DRIVER_IMAGE_LABEL}\n" in (REPO / "deploy" / "Dockerfile").read_text()
 
 
 def test_strings_stay_strings_for_kinds_yaml_parser(tmp_path):

@@ -15,8 +15,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 
+from harness.backends import commands
 from harness.k8s import wait
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,3 +120,25 @@ def test_a_command_stopped_by_the_runner_takes_what_it_started_with_it(tmp_path)
     assert failure and "did not finish within" in str(failure[0])
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE, \
         f"the step's child {child} outlived it"
+
+
+def test_ctrl_c_during_commands_run_together_kills_every_one(tmp_path, monkeypatch):
+    started = []
+    real_popen = commands.subprocess.Popen
+
+    def popen(argv, **options):
+        started.append(real_popen(argv, **options))
+        return started[-1]
+
+    def interrupted(process, deadline):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "_wait", interrupted)
+    runner = commands.Runner(popen=popen)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(commands.Step("loading", together=tuple(commands.command(f"into n{i}", "sleep", "300")
+                                                            for i in range(3))))
+    assert len(started) == 3
+    assert all(p.poll() is not None for p in started), [p.pid for p in started if p.poll() is None]
+    assert not [p.pid for p in started if psutil.pid_exists(p.pid) and
+                psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE]
