@@ -151,6 +151,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    # Always called, also where pytest_sessionfinish was not (a Ctrl-C while plugins were still being
+    # configured): the shared directory and a cluster the run started must not outlive it.
+    if getattr(config, "workerinput", None) is None and _SHARED in config.stash \
+            and Path(config.stash[_SHARED]).exists():
+        leftovers = sessions.release_cluster(Path(config.stash[_SHARED]),
+                                             config.stash.get(_OPTIONS, sessions.SessionOptions()))
+        if leftovers:
+            print(f"dra-harness: cluster clean-up left {leftovers}")
     setup = config.stash.get(_VENDOR_SETUP, None)
     if setup is not None:
         left = setup.close()

@@ -17,15 +17,20 @@ A job that started the cluster itself (`dra-harness run`) hands its record over 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness import backends
 from harness.backends.base import ClusterSpec
+from harness.backends.local import process
 from harness.core.errors import HarnessError
+from harness.core.files import write_atomic
 from harness.core.locking import file_lock
 from harness.core.progress import Reporter
 from harness.core.records import ClusterInfo, read_cluster, write_cluster
@@ -45,8 +50,40 @@ class SessionOptions:
     cluster_record: str | None = None  # a cluster record a job wrote: attach to that cluster
 
 
+SHARED_PREFIX = "dra-harness-pytest-"
+OWNER_FILE = "owner.json"  # the controller process that made the directory (pid and start time)
+LEGACY_AGE = 86400.0  # a directory without an owner record (older versions) counts as stale after a day
+
+
 def new_shared_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="dra-harness-pytest-"))
+    """A fresh shared directory, recording its controller; first the stale ones of runs that were killed
+    before their clean-up (owner gone) are removed."""
+    remove_stale_shared_dirs()
+    shared = Path(tempfile.mkdtemp(prefix=SHARED_PREFIX))
+    write_atomic(shared / OWNER_FILE, json.dumps(process.identity()))
+    return shared
+
+
+def remove_stale_shared_dirs(root: Path | None = None) -> list[Path]:
+    """Remove this user's shared directories whose controller is gone (a run killed with SIGKILL, or
+    stopped before pytest ran its clean-up). Returns what was removed."""
+    removed = []
+    for candidate in Path(root or tempfile.gettempdir()).glob(SHARED_PREFIX + "*"):
+        try:
+            if not candidate.is_dir() or candidate.stat().st_uid != os.geteuid():
+                continue
+            owner = candidate / OWNER_FILE
+            if owner.is_file():
+                fields = process.identity_fields(json.loads(owner.read_text() or "{}"))
+                stale = not process.alive(process.Running("pytest controller", **fields))
+            else:
+                stale = time.time() - candidate.stat().st_mtime > LEGACY_AGE
+        except (OSError, ValueError):
+            continue  # vanished meanwhile, or unreadable: not ours to judge
+        if stale:
+            shutil.rmtree(candidate, ignore_errors=True)
+            removed.append(candidate)
+    return removed
 
 
 def new_run_id() -> str:
