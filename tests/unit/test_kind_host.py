@@ -5,11 +5,16 @@ with a fake runc that records its argv."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.backends.kindhost import capabilities, docker, hostnet, wrapper_file
@@ -409,6 +414,50 @@ def test_a_dockerd_that_dies_while_starting_is_reported_with_its_log(fake_engine
     assert err.value.log_file == layout.log and "no space" in layout.log.read_text()
     assert not layout.socket.exists() and not layout.record.exists()
     assert machine == [("acquire", layout.root), ("release", layout.root)]  # a failed start leaves the record too
+
+
+def test_what_a_killed_dockerd_of_ours_left_is_cleared_before_ours_starts(fake_engine, monkeypatch):
+    """A dockerd of an earlier run killed with its record lost (a session that ended, SIGKILL) still
+    names our directory: it is killed, and the mounts under our directory are removed, before the new
+    one starts; an engine process of someone else's directory is left alone."""
+    layout, facts, _, _ = fake_engine
+    unmounted = []
+    monkeypatch.setattr(docker.teardown, "unmount_all", lambda directory: unmounted.append(directory) or [])
+    engine_named = layout.root.parent / "stale" / "dockerd"  # a process whose name is dockerd: a copy of sh
+    engine_named.parent.mkdir()
+    shutil.copy("/bin/sh", engine_named)
+    started = lambda *argv: subprocess.Popen([*argv], start_new_session=True)  # noqa: E731
+    stale = started(engine_named, "-c", "sleep 600; :", f"--data-root={layout.data_root}")
+    other = started(engine_named, "-c", "sleep 600; :", f"--data-root={layout.root}-other/data")
+    log_reader = started("sh", "-c", "sleep 600; :", str(layout.log))  # a user's look at our log
+    try:
+        docker.acquire("a", layout=layout, facts=facts)
+        assert not psutil.pid_exists(stale.pid)  # killed (and reaped) before ours started
+        assert other.poll() is None and log_reader.poll() is None
+        assert unmounted == [layout.root]
+        assert docker.release("a", layout=layout) == []
+        assert unmounted == [layout.root, layout.root]  # and after ours stopped: a killed one leaves its mounts
+    finally:
+        docker.release("a", layout=layout)
+        for proc in (stale, other, log_reader):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="bind mounts need root")
+def test_the_data_root_mount_of_a_killed_dockerd_is_removed(tmp_path):
+    """dockerd bind-mounts its data root onto itself and removes it only on a clean shutdown (seen in CI:
+    the mount outlived every later run's `cluster down`). Here the mount is real."""
+    layout = docker.Layout(tmp_path / "kd")
+    layout.data_root.mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(layout.data_root), str(layout.data_root)], check=True)
+    try:
+        assert docker.teardown.mounts_under(layout.root) == [layout.data_root]
+        assert docker.clear_stale(layout) == []
+        assert docker.teardown.mounts_under(layout.root) == []
+    finally:
+        subprocess.run(["umount", "-l", str(layout.data_root)], capture_output=True)
 
 
 class _Daemon:

@@ -32,11 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from harness.backends.commands import run_quiet
 from harness.backends.kindhost import capabilities, hostnet, wrapper_file
 from harness.backends.local import process
 from harness.backends.local.realnode import host as machine_settings
-from harness.backends.local.realnode import inotify
+from harness.backends.local.realnode import inotify, teardown
 from harness.core import paths
 from harness.core.errors import HarnessError
 from harness.core.files import write_atomic
@@ -53,6 +55,7 @@ SETTLE_TIMEOUT = 120.0
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its terminating NUL
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 RUNTIME_DIRS = (Path("/run/containerd/s"), Path("/run/containerd"))
+ENGINE_PROCESSES = ("dockerd", "containerd", "docker-proxy")
 
 Run = Callable[..., subprocess.CompletedProcess]
 
@@ -304,7 +307,41 @@ def release(user: str, reporter: Reporter | None = None, *, layout: Layout | Non
         return problems
 
 
+def clear_stale(layout: Layout) -> list[str]:
+    """What a killed dockerd of ours left under our directory, removed: its processes (dockerd, its
+    containerd and shims naming our directory) and its mounts. Call it under the engine lock with no
+    dockerd of ours running by the record. dockerd bind-mounts its data root onto itself and removes
+    that mount only on a clean shutdown; the next dockerd finds the root already a mount point and
+    leaves it for good, so one killed dockerd left the mount behind every later run. The containers'
+    overlays and network namespaces under the data and exec roots stay the same way. Returns what is left."""
+    for name, proc in _engine_processes(layout):
+        try:
+            proc.kill()
+            proc.wait(timeout=10)
+        except (psutil.Error, OSError):
+            continue
+    left = [f"{name} (pid {proc.pid}) naming {layout.root} survived SIGKILL" for name, proc in _engine_processes(layout)]
+    return left + teardown.unmount_all(layout.root)
+
+
+def _engine_processes(layout: Layout) -> list[tuple[str, psutil.Process]]:
+    """The engine's own processes naming our directory (never, say, a user's `tail -f` of our log)."""
+    found = []
+    for proc in teardown.processes_mentioning(layout.root):
+        try:
+            name = proc.name()
+        except psutil.Error:
+            continue
+        if name in ENGINE_PROCESSES or name.startswith("containerd-shim"):
+            found.append((name, proc))
+    return found
+
+
 def _start(layout: Layout, facts: Facts, decision: Decision) -> dict:
+    stale = clear_stale(layout)
+    if stale:
+        raise HarnessError(f"a dockerd of an earlier run left state under {layout.root} that could not be removed: "
+                           + "; ".join(stale), hint="stop that process or unmount those paths, then run again")
     for directory in (layout.data_root, layout.exec_root):
         directory.mkdir(parents=True, exist_ok=True)
     layout.config_file.write_text("{}\n")  # never the machine's /etc/docker/daemon.json
@@ -423,6 +460,7 @@ def _stop(layout: Layout, record: dict) -> list[str]:
     # when its last owner leaves (now, unless real nodes of the local backend still run).
     problems += hostnet.restore(baseline, sysctls=())
     layout.pid_record.unlink(missing_ok=True)
+    problems += clear_stale(layout)  # a dockerd that had to be killed left its mounts (a clean stop leaves none)
     problems += machine_settings.release(layout.root)
     existed = set(baseline.get("runtimeDirs", [str(d) for d in RUNTIME_DIRS]))
     for directory in RUNTIME_DIRS:  # innermost first; only empty ones that were not there before
