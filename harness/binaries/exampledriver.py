@@ -10,14 +10,12 @@ packages (about 2 minutes on two cores), with progress.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from harness.binaries import cache_error, gobuild, host_platform, manifest, require_writable
-from harness.core import paths
-from harness.core.errors import BinariesError, HarnessError
+from harness.binaries import gobuild
+from harness.binaries.gotool import CachedGoBinary
+from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
 
 MODULE = "sigs.k8s.io/dra-example-driver"
@@ -25,55 +23,33 @@ VERSION = "0.4.0"
 PACKAGE = "./cmd/dra-example-kubeletplugin"
 BINARY = "dra-example-kubeletplugin"
 GROUP = "dra-example-driver"
-SPACE_NEEDED = 256 << 20
 
 
-def cache_dir(version: str = VERSION) -> Path:
+def _build_in_module(work: Path, output: Path, reporter: Reporter) -> None:
+    with reporter.step(f"downloading {MODULE}@v{VERSION} from the Go module proxy"):
+        info = gobuild.download_module(f"{MODULE}@v{VERSION}", work)
+    # the module cache is read-only: the module's go.sum must be complete as published
+    gobuild.run_go_build([PACKAGE], ["-ldflags", "-s -w", "-o", str(output)], Path(info["Dir"]), work, reporter,
+                         f"compiling {BINARY} v{VERSION}", extra_env={"GOFLAGS": "-mod=readonly -buildvcs=false"})
+
+
+EXAMPLE_DRIVER = CachedGoBinary(group=GROUP, version=VERSION, binary=BINARY, space_needed=256 << 20,
+                                build=_build_in_module)
+
+
+def cache_dir() -> Path:
     """`{binaryCache}/dra-example-driver-v<version>_{platform}` in a vendor file's command."""
-    os_name, arch = host_platform()
-    return paths.cache_root() / "binaries" / f"{GROUP}-v{version}_{os_name}-{arch}"
+    return EXAMPLE_DRIVER.cache_dir()
 
 
-def locate(version: str = VERSION) -> Path | None:
+def locate() -> Path | None:
     """The verified cached binary, or None when it is not built (nothing is built here)."""
-    target = cache_dir(version)
-    return target / BINARY if manifest.group_ok(target, manifest.load(target), GROUP, version) else None
+    return EXAMPLE_DRIVER.locate()
 
 
-def ensure(reporter: Reporter | None = None, version: str = VERSION) -> Path:
+def ensure(reporter: Reporter | None = None) -> Path:
     """The cached binary, built first if it is missing or fails verification."""
-    reporter = reporter or Reporter(quiet=True)
-    target = cache_dir(version)
-    if locate(version) is not None:
-        return target / BINARY  # complete and verified: no lock needed
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        with manifest.locked(target):
-            recorded = manifest.load(target)
-            if manifest.group_ok(target, recorded, GROUP, version):  # another process built it meanwhile
-                return target / BINARY
-            gobuild.require_go()
-            require_writable(target, SPACE_NEEDED, f"{GROUP} v{version}")
-            work = paths.cache_root() / "build" / f"{GROUP}-v{version}"
-            work.mkdir(parents=True, exist_ok=True)
-            with reporter.step(f"downloading {MODULE}@v{version} from the Go module proxy"):
-                info = gobuild.download_module(f"{MODULE}@v{version}", work)
-            module_dir = Path(info["Dir"])
-            out = Path(tempfile.mkdtemp(dir=work, prefix="out-"))
-            try:
-                # the module cache is read-only: the module's go.sum must be complete as published
-                gobuild.run_go_build([PACKAGE], ["-ldflags", "-s -w", "-o", str(out / BINARY)], module_dir, work,
-                                     reporter, f"compiling {BINARY} v{version}",
-                                     extra_env={"GOFLAGS": "-mod=readonly -buildvcs=false"})
-                manifest.install_file(out / BINARY, target / BINARY)
-            finally:
-                shutil.rmtree(out, ignore_errors=True)
-            manifest.record(target, recorded, GROUP, version, (BINARY,), "build")
-    except OSError as err:
-        raise cache_error(target, err) from None
-    if locate(version) is None:
-        raise BinariesError(f"{BINARY} v{version} was built but fails verification in {target}")
-    return target / BINARY
+    return EXAMPLE_DRIVER.ensure(reporter)
 
 
 def main() -> int:

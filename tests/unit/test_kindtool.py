@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness.backends import kind
-from harness.binaries import gobuild, kindtool, manifest
+from harness.binaries import gobuild, gotool, kindtool, manifest
 from harness.core import paths
+from harness.core.errors import BinariesError
 
 
 def test_the_cached_kind_is_the_version_the_backend_requires():
@@ -72,3 +73,15 @@ def test_the_backend_builds_kind_only_when_it_is_nowhere_and_go_is_there(monkeyp
     monkeypatch.setattr(kindtool, "ensure", lambda reporter=None: built.append(1) or Path("/cache/kind"))
     assert kind.KindBackend()._kind_provided() is kind.which_with_cached_kind
     assert bool(built) == builds
+
+
+def test_a_build_that_does_not_verify_is_an_error_naming_the_directory(tmp_path, monkeypatch):
+    """binaries.gotool, shared by kind and dra-example-driver: a build whose result fails the manifest's
+    check (here: the build wrote nothing usable) is refused, not returned."""
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(gobuild, "require_go", lambda: None)
+    monkeypatch.setattr(gotool.manifest, "group_ok", lambda *args: False)
+    tool = gotool.CachedGoBinary("demo", "1.0.0", "demo", 1 << 20,
+                                 build=lambda work, output, reporter: output.write_text("#!/bin/sh\n"))
+    with pytest.raises(BinariesError, match=r"demo v1.0.0 was built but fails verification in .*demo-v1.0.0_"):
+        tool.ensure()
