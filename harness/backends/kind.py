@@ -366,6 +366,12 @@ def state_dir(name: str) -> Path:
     return paths.state_root() / "kind" / name
 
 
+def engine_user_in_use(user: str) -> bool:
+    """Whether a user of the harness's dockerd still needs it although the process that registered it
+    is gone: a cluster with state (`cluster down` releases it). A killed `up` that got no further is not."""
+    return state_dir(user).exists()
+
+
 def _with_defaults(spec: ClusterSpec) -> ClusterSpec:
     return spec if spec.node_image else replace(spec, node_image=NODE_IMAGE)
 
@@ -396,7 +402,7 @@ class KindBackend(Backend):
         which = self._kind_provided()
         if decision.use_existing:
             return preflight(which=which)
-        engine = docker.acquire(name, self.reporter, facts=facts)
+        engine = docker.acquire(name, self.reporter, facts=facts, in_use=engine_user_in_use)
         self._own_engine[name] = (engine, facts)
         try:
             return preflight(which=which, env=engine.environ())
@@ -412,7 +418,7 @@ class KindBackend(Backend):
 
     def _release(self, name: str) -> None:
         if self._own_engine.pop(name, None) is not None:
-            for problem in docker.release(name, self.reporter):
+            for problem in docker.release(name, self.reporter, in_use=engine_user_in_use):
                 self.reporter.info(f"could not restore {problem}")
 
     def _tools(self, name: str) -> Tools:

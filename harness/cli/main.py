@@ -274,6 +274,7 @@ def run(argv: list[str], out=sys.stdout) -> int:
 
 
 def _kind(args, reporter: Reporter, out) -> int:
+    from harness.backends import kind  # lazy: subcommand
     from harness.backends.kindhost import docker, nodeimage  # lazy: subcommand
 
     facts = docker.detect()
@@ -282,11 +283,11 @@ def _kind(args, reporter: Reporter, out) -> int:
         print("; ".join(decision.problems) if decision.problems else decision.describe(), file=out)
         return 1 if decision.problems else 0
     # The engine is ours only for this command: a dockerd the harness starts is stopped again at the end.
-    engine = docker.acquire("node-image", reporter, facts=facts)
+    engine = docker.acquire("node-image", reporter, facts=facts, in_use=kind.engine_user_in_use)
     try:
         tag = nodeimage.build(engine, reporter, drops=facts.missing_caps)
     finally:
-        problems = docker.release("node-image", reporter)
+        problems = docker.release("node-image", reporter, in_use=kind.engine_user_in_use)
         for problem in problems:
             reporter.console.print(f"[yellow]warning:[/yellow] could not restore {escape(problem)}")
     print(tag, file=out)

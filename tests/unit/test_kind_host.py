@@ -406,6 +406,44 @@ def test_our_dockerd_is_shared_by_its_users_and_stopped_by_the_last(fake_engine)
     assert docker.release("b", layout=layout) == []  # repeatable
 
 
+def _register_dead_user(layout, user: str) -> None:
+    """`user` as a run SIGKILLed after registering left it: its process is gone."""
+    record = json.loads(layout.record.read_text())
+    record["users"].append(user)
+    record["registeredBy"][user] = {"pid": 2**22 + 7, "createTime": 1.0}  # no such process
+    layout.record.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("in_use, stopped", [(False, True), (True, False)])
+def test_a_user_a_killed_run_left_is_forgotten_unless_still_in_use(fake_engine, in_use, stopped):
+    """A run SIGKILLed while it built the node image registered its cluster and never made its state:
+    no `cluster down` can release it. The next release forgets it (its process is gone, nothing in use)
+    and stops our dockerd; a user still in use (a cluster with state) keeps it running."""
+    layout, facts, _, _ = fake_engine
+    docker.acquire("a", layout=layout, facts=facts)
+    pid = json.loads(layout.record.read_text())["pid"]
+    _register_dead_user(layout, "killed")
+    asked = []
+    docker.release("a", layout=layout, in_use=lambda user: asked.append(user) or in_use)
+    assert asked == ["killed"]  # never the releasing user, never one whose process lives
+    assert docker._alive(pid) is not stopped and layout.record.exists() is not stopped
+    if not stopped:
+        assert json.loads(layout.record.read_text())["users"] == ["killed"]
+        docker.release("killed", layout=layout)  # its `cluster down`
+        assert not docker._alive(pid)
+
+
+def test_a_user_whose_process_lives_is_kept_whatever_in_use_says(fake_engine):
+    """Another `up` still building its node image has no cluster state yet: it is not stale."""
+    layout, facts, _, _ = fake_engine
+    docker.acquire("a", layout=layout, facts=facts)
+    docker.acquire("building", layout=layout, facts=facts)  # registered by this (live) process
+    assert docker.release("a", layout=layout, in_use=lambda user: False) == []
+    record = json.loads(layout.record.read_text())
+    assert record["users"] == ["building"] and docker._alive(record["pid"])
+    docker.release("building", layout=layout)
+
+
 def test_a_dockerd_that_dies_while_starting_is_reported_with_its_log(fake_engine):
     layout, facts, _, machine = fake_engine
     Path(facts.dockerd).write_text("#!/bin/sh\necho 'failed to start daemon: no space' >&2\nexit 1\n")

@@ -16,7 +16,8 @@ Docker), and `decide()` turns the facts into one of:
 
 Clusters register as users of our dockerd (`acquire`/`release`); the last one to leave stops it and
 restores the host settings recorded before it started (hostnet.py). An engine the harness did not
-start is never stopped.
+start is never stopped. A user whose registering process is gone and that is no longer in use (the
+caller says how to tell: for kind, no cluster state) was left by a killed run and is forgotten.
 """
 
 from __future__ import annotations
@@ -238,8 +239,32 @@ def _found(path: str | None, what: str) -> str:
     return path
 
 
+InUse = Callable[[str], bool]  # whether a user still needs the engine, whatever process registered it
+
+
+def _never_stale(user: str) -> bool:
+    return True
+
+
+def _forget_stale(record: dict, acting: str, in_use: InUse, reporter: Reporter) -> None:
+    """Drop the users a killed run left: registering process gone and not `in_use` (e.g. a SIGKILL
+    while the node image was built, before the cluster had state: no `cluster down` could release it,
+    and our dockerd would run for good)."""
+    registered = record.get("registeredBy", {})
+    kept = []
+    for user in record.get("users", []):
+        owner = process.Running(name=user, **process.identity_fields(registered.get(user, {})))
+        if user == acting or process.alive(owner) or in_use(user):
+            kept.append(user)
+        else:
+            reporter.info(f"forgetting {user!r} as a user of the harness's dockerd: the run that registered it "
+                          "is gone and left nothing in use")
+            registered.pop(user, None)
+    record["users"], record["registeredBy"] = kept, registered
+
+
 def acquire(user: str, reporter: Reporter | None = None, *, layout: Layout | None = None,
-            facts: Facts | None = None) -> Engine:
+            facts: Facts | None = None, in_use: InUse = _never_stale) -> Engine:
     """An engine for `user` (a kind cluster name, or "node-image"); ours is started if needed."""
     reporter = reporter or Reporter(quiet=True)
     layout = layout or Layout.default()
@@ -269,7 +294,9 @@ def acquire(user: str, reporter: Reporter | None = None, *, layout: Layout | Non
                 except BaseException:
                     layout.record.unlink(missing_ok=True)  # _start stopped it: nothing left to release
                     raise
-        record["users"] = sorted(set(record.get("users", [])) | {user})
+        _forget_stale(record, user, in_use, reporter)
+        record["users"] = sorted(set(record["users"]) | {user})
+        record["registeredBy"][user] = process.identity()
         _save(layout, record)
     return Engine(cli, {"DOCKER_HOST": layout.host}, owned=True)
 
@@ -287,7 +314,8 @@ def room_for_nodes(nodes: int, *, own: bool, layout: Layout | None = None) -> tu
                 inotify.shortfalls(nodes, footprint=inotify.KIND_NODE, uid=0)]
 
 
-def release(user: str, reporter: Reporter | None = None, *, layout: Layout | None = None) -> list[str]:
+def release(user: str, reporter: Reporter | None = None, *, layout: Layout | None = None,
+            in_use: InUse = _never_stale) -> list[str]:
     """Unregister `user`; the last user stops our dockerd and restores the host. Returns what could not
     be restored. Does nothing for an engine the harness did not start."""
     reporter = reporter or Reporter(quiet=True)
@@ -296,9 +324,10 @@ def release(user: str, reporter: Reporter | None = None, *, layout: Layout | Non
         return []
     with file_lock(layout.lock):
         record = _load(layout)
-        users = [u for u in record.get("users", []) if u != user]
-        if users:
-            record["users"] = users
+        _forget_stale(record, user, in_use, reporter)
+        record["users"] = [u for u in record["users"] if u != user]
+        record["registeredBy"].pop(user, None)
+        if record["users"]:
             _save(layout, record)
             return []
         with reporter.step("stopping the harness's dockerd and restoring the host settings it changed"):
@@ -363,7 +392,7 @@ def _start(layout: Layout, facts: Facts, decision: Decision) -> dict:
     layout.pid_record.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(layout.pid_record, json.dumps(_identity(proc.pid)))  # the record's owner lives while dockerd does
     record = {"startedBy": "dra-harness", "pid": proc.pid, "argv": argv, "hostBaseline": baseline, "cli": facts.cli,
-              "wrapperDrops": list(decision.wrapper_drops), "users": []}
+              "wrapperDrops": list(decision.wrapper_drops), "users": [], "registeredBy": {}}
     _save(layout, record)  # before waiting: an interrupted start is still stopped by release()
     deadline = time.monotonic() + START_TIMEOUT
     cli = _found(facts.cli or shutil.which("docker"), "the docker CLI")
