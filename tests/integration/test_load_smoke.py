@@ -65,6 +65,13 @@ def test_extended_throughput_binds_every_pod_through_the_class(tmp_path, dra_run
     assert burst["pods"] > 0 and burst["bound"] == burst["pods"] and burst["unbound"] == 0, burst
 
 
+def _rate_fits(rate: float, pods: int, seconds: float) -> bool:
+    """`rate` (rounded to 0.1) is `pods` over a window that rounds to `seconds` (10 ms): over a 0.31 s
+    creation window the rounding alone moves the rate by 1.6 % (CI: 319.1 reported, 322.6 recomputed)."""
+    low, high = pods / (seconds + 0.005), pods / max(seconds - 0.005, 1e-9)
+    return low - 0.05 <= rate <= high + 0.05
+
+
 def test_throughput_waits_for_every_pod_and_reports_consistent_figures(tmp_path, dra_run_id):
     params = scenarios.LoadParams("throughput", nodes=20, pending=200, events=1, devices_per_node=10, users=16,
                                   time_limit=300)
@@ -77,10 +84,10 @@ def test_throughput_waits_for_every_pod_and_reports_consistent_figures(tmp_path,
     # pod was created; rates are pods over their own windows
     assert creation["seconds"] > 0 and e2e["seconds"] > 0
     assert e2e["drain_after_creation_seconds"] == pytest.approx(e2e["seconds"] - creation["seconds"], abs=0.011)
-    # the reported seconds are rounded to 10 ms, so a rate recomputed from them may differ slightly
-    assert creation["pods_per_second"] == pytest.approx(100 / creation["seconds"], rel=0.01, abs=0.1)
+    # rates are pods over their own windows; the reported seconds are rounded to 10 ms and the rates to 0.1
+    assert _rate_fits(creation["pods_per_second"], 100, creation["seconds"]), creation
     assert burst["pods_per_second"] == e2e["pods_per_second"]
-    assert e2e["pods_per_second"] == pytest.approx(100 / e2e["seconds"], rel=0.01, abs=0.1)
+    assert _rate_fits(e2e["pods_per_second"], 100, e2e["seconds"]), e2e
     upstream = burst["scheduler_perf"]
     if e2e["seconds"] >= 2:  # at least one sample after upstream's baseline tick
         assert upstream["samples"] >= 1
