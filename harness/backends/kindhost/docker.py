@@ -242,7 +242,7 @@ def _found(path: str | None, what: str) -> str:
 InUse = Callable[[str], bool]  # whether a user still needs the engine, whatever process registered it
 
 
-def _never_stale(user: str) -> bool:
+def _always_in_use(user: str) -> bool:
     return True
 
 
@@ -264,7 +264,7 @@ def _forget_stale(record: dict, acting: str, in_use: InUse, reporter: Reporter) 
 
 
 def acquire(user: str, reporter: Reporter | None = None, *, layout: Layout | None = None,
-            facts: Facts | None = None, in_use: InUse = _never_stale) -> Engine:
+            facts: Facts | None = None, in_use: InUse = _always_in_use) -> Engine:
     """An engine for `user` (a kind cluster name, or "node-image"); ours is started if needed."""
     reporter = reporter or Reporter(quiet=True)
     layout = layout or Layout.default()
@@ -315,7 +315,7 @@ def room_for_nodes(nodes: int, *, own: bool, layout: Layout | None = None) -> tu
 
 
 def release(user: str, reporter: Reporter | None = None, *, layout: Layout | None = None,
-            in_use: InUse = _never_stale) -> list[str]:
+            in_use: InUse = _always_in_use) -> list[str]:
     """Unregister `user`; the last user stops our dockerd and restores the host. Returns what could not
     be restored. Does nothing for an engine the harness did not start."""
     reporter = reporter or Reporter(quiet=True)
