@@ -164,20 +164,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return bench_backend.resolve(parser, parser.parse_args(argv), ALLOWED, WHY_LOCAL)
 
 
+def plan(args: argparse.Namespace) -> tuple[list[int], dict[int, scenarios.LoadParams], list[dict]]:
+    """The sizes, each size's run parameters and the merged earlier rows; InvalidInput naming the flag when
+    the command line cannot make a sweep."""
+    try:
+        sizes = sorted({int(x) for x in args.waiting.split(",") if x.strip()})
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise InvalidInput([Problem("--waiting", args.waiting, "not a list of waiting-pod counts",
+                                    "comma-separated counts of at least 1, e.g. 100,1000,5000")])
+    # An interval needs two runs per size: from this sweep alone, or with the rows merged from earlier ones.
+    least = 1 if args.merge else 2
+    if not least <= args.repeats <= 50:
+        raise InvalidInput([Problem("--repeats", str(args.repeats), "out of range",
+                                    f"{least} to 50" + ("" if args.merge else " (1 only with --merge)"))])
+    grid = {size: scenarios.validate(scenarios.LoadParams(
+        args.scenario, args.nodes, size, min(args.events, size), devices_per_node=args.devices_per_node,
+        time_limit=args.time_limit)) for size in sizes}
+    return sizes, grid, merged_rows(args.merge, args.scenario, args.nodes)
+
+
 def main() -> int:
     args = parse_args()
     try:
-        sizes = sorted({int(x) for x in args.waiting.split(",") if x.strip()})
-        if not sizes or not 2 <= args.repeats <= 50:
-            raise ValueError
-        grid = {size: scenarios.validate(scenarios.LoadParams(
-            args.scenario, args.nodes, size, min(args.events, size), devices_per_node=args.devices_per_node,
-            time_limit=args.time_limit)) for size in sizes}
-    except ValueError:
-        print("error: --waiting must be comma-separated counts, --repeats 2 to 50 (an interval needs two)",
-              file=sys.stderr)
-        return 2
-        earlier = merged_rows(args.merge, args.scenario, args.nodes)
+        sizes, grid, earlier = plan(args)
     except InvalidInput as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -185,7 +196,9 @@ def main() -> int:
     rows: list[dict] = []
     all_sizes = sorted(set(sizes) | {r["waiting"] for r in earlier})
     started = time.monotonic()
-    for repeat in range(args.repeats):
+    # Repetitions go on from the merged ones: new cells get new names, and the on/off order keeps alternating.
+    done = max((r.get("repeat", 0) for r in earlier), default=0)
+    for repeat in range(done, done + args.repeats):
         for size in sizes:
             order = (True, False) if (repeat + sizes.index(size)) % 2 == 0 else (False, True)
             for hints in order:

@@ -123,3 +123,27 @@ def test_requeue_curve_merges_earlier_rows_and_refuses_other_sweeps(bench, tmp_p
     with pytest.raises(InvalidInput) as refused:
         script.merged_rows([tmp_path / "missing.json"], "device-freed", 1000)
     assert "(file): cannot be read" in str(refused.value.problems[0])
+
+
+def test_requeue_curve_plans_a_sweep_with_merged_rows_and_names_bad_flags(bench, tmp_path, monkeypatch):
+    script = bench("requeue_curve")
+    earlier = tmp_path / "curve.json"
+    rows = [{"scenario": "taint-removed", "nodes": 1000, "waiting": w, "hints": h, "repeat": r}
+            for w in (100, 1000) for h in (True, False) for r in (1, 2)]
+    earlier.write_text(json.dumps({"rows": rows}))
+    args = script.parse_args(["--scenario", "taint-removed", "--waiting", "1000,100", "--repeats", "1",
+                              "--events", "500", "--merge", str(earlier)])
+    sizes, grid, merged = script.plan(args)
+    assert sizes == [100, 1000] and merged == rows
+    assert (grid[100].pending, grid[100].events, grid[1000].events) == (100, 100, 500)  # events capped by waiting
+    # one repetition alone gives no interval: refused naming the flag and what is allowed
+    with pytest.raises(InvalidInput) as refused:
+        script.plan(script.parse_args(["--repeats", "1"]))
+    assert str(refused.value.problems[0]) == "--repeats: 1: out of range (allowed: 2 to 50 (1 only with --merge))"
+    with pytest.raises(InvalidInput) as refused:
+        script.plan(script.parse_args(["--waiting", "100,lots"]))
+    assert "--waiting: 100,lots: not a list of waiting-pod counts" in str(refused.value.problems[0])
+    # main says it in one line and exits 2, creating nothing
+    monkeypatch.setattr(sys, "argv", ["requeue_curve.py", "--waiting", "0", "--report-dir", str(tmp_path / "out")])
+    assert script.main() == 2
+    assert not (tmp_path / "out").exists()
