@@ -46,6 +46,13 @@ def delta(before: dict, after: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+# Both hint metrics reach Prometheus through kube-scheduler's asynchronous recorder, which buffers 1000
+# observations and flushes them once a second, dropping what does not fit (pkg/scheduler/metrics/
+# metric_recorder.go, `select ... default`). A second with more hint evaluations than that loses the rest,
+# so these counts are lower bounds; the incoming-pods counter is incremented directly and is exact.
+HINT_COUNTS = "lower bounds: the scheduler drops hint observations beyond 1000 per second"
+
+
 def summary(change: dict[str, dict[str, float]]) -> dict:
     """The numbers a report shows: requeues by event, hint decisions, flush rescues (must be 0)."""
     incoming: dict[str, float] = defaultdict(float)
@@ -65,7 +72,7 @@ def summary(change: dict[str, dict[str, float]]) -> dict:
     flushed = sum(change.get("scheduler_pod_scheduled_after_flush_total", {}).values())
     cpu = sum(change.get("process_cpu_seconds_total", {}).values())
     return {"incomingByEvent": dict(sorted(incoming.items())), "hints": dict(sorted(hints.items())),
-            "preQueueingHints": dict(sorted(pre_hints.items())),
+            "preQueueingHints": dict(sorted(pre_hints.items())), "hintCounts": HINT_COUNTS,
             "scheduledAfterFlush": flushed, "missedRequeues": flushed,
             "pendingAfter": change.get("scheduler_pending_pods", {}),
             "cpuSeconds": round(cpu, 3)}  # the scheduler process's own CPU (its process_cpu_seconds_total)

@@ -104,6 +104,7 @@ def test_metrics_delta_and_missed_requeues():
     assert summary["incomingByEvent"] == {"X": 5.0}
     assert summary["missedRequeues"] == 1.0
     assert summary["hints"] == {"P/E/Queue": 4.0}
+    assert summary["hintCounts"].startswith("lower bounds")  # the scheduler drops what its buffer cannot hold
     assert summary["pendingAfter"] == {"queue=unschedulable": 3.0}
 
 
