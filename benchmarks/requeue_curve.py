@@ -10,7 +10,9 @@ Each run is `dra-harness load run` on a fresh cluster. Order: for each repetitio
 two modes in alternating order (on/off, then off/on), so neither mode always runs first or on a
 warmer machine. Cost per event = the scheduler's own CPU (its process_cpu_seconds_total) over the
 measured window / events measured. Writes curve.json, curve.csv and a plot per metric, and prints
-one verdict line per mode: constant, linear or quadratic in the waiting pods, or undecided.
+per mode the log-log verdict, the straight-line fit and the shape from a + b*N + c*N^2: constant,
+linear, sub-linear or quadratic in the waiting pods, or undecided. `--merge CURVE_JSON` adds earlier
+sweeps' rows; with `--repeats 0` it only aggregates and plots them.
 """
 
 from __future__ import annotations
@@ -72,9 +74,14 @@ def aggregate(rows: list[dict], sizes: list[int]) -> dict:
             points = [(r["waiting"], r[metric]) for r in mine if r[metric] is not None]
             fit = curve.loglog_slope(points)
             linear = curve.linear_fit(points)
+            quadratic = curve.quadratic_fit(points)
+            label = f"{METRICS[metric]}, {mode}"
             result.setdefault(metric, {})[mode] = {
-                "per_size": per_size, "fit": fit, "verdict": curve.verdict(f"{METRICS[metric]}, {mode}", fit),
-                "linear": linear, "linear_text": curve.describe_linear(f"{METRICS[metric]}, {mode}", linear)}
+                "per_size": per_size, "fit": fit, "verdict": curve.verdict(label, fit),
+                "linear": linear, "linear_text": curve.describe_linear(label, linear),
+                # the shape from a + b*N + c*N^2: what the verdict rests on when a fixed part bends the log-log
+                "quadratic": quadratic, "shape": curve.shape(quadratic),
+                "shape_text": curve.describe_shape(label, quadratic)}
     return result
 
 
@@ -174,11 +181,12 @@ def plan(args: argparse.Namespace) -> tuple[list[int], dict[int, scenarios.LoadP
     if not sizes or min(sizes) < 1:
         raise InvalidInput([Problem("--waiting", args.waiting, "not a list of waiting-pod counts",
                                     "comma-separated counts of at least 1, e.g. 100,1000,5000")])
-    # An interval needs two runs per size: from this sweep alone, or with the rows merged from earlier ones.
-    least = 1 if args.merge else 2
+    # An interval needs two runs per size: from this sweep alone, or with the rows merged from earlier ones;
+    # --repeats 0 with --merge runs nothing and only aggregates and plots the merged rows.
+    least = 0 if args.merge else 2
     if not least <= args.repeats <= 50:
         raise InvalidInput([Problem("--repeats", str(args.repeats), "out of range",
-                                    f"{least} to 50" + ("" if args.merge else " (1 only with --merge)"))])
+                                    f"{least} to 50" + ("" if args.merge else " (0 and 1 only with --merge)"))])
     grid = {size: scenarios.validate(scenarios.LoadParams(
         args.scenario, args.nodes, size, min(args.events, size), devices_per_node=args.devices_per_node,
         time_limit=args.time_limit)) for size in sizes}
@@ -198,6 +206,7 @@ def main() -> int:
     started = time.monotonic()
     # Repetitions go on from the merged ones: new cells get new names, and the on/off order keeps alternating.
     done = max((r.get("repeat", 0) for r in earlier), default=0)
+    summary = write_results(earlier, all_sizes, args.report_dir) if earlier else {}
     for repeat in range(done, done + args.repeats):
         for size in sizes:
             order = (True, False) if (repeat + sizes.index(size)) % 2 == 0 else (False, True)
@@ -209,6 +218,8 @@ def main() -> int:
                 # Written after every run: a sweep stopped after some repetitions still leaves its data.
                 summary = write_results(earlier + rows, all_sizes, args.report_dir)
         plot(summary, all_sizes, args.report_dir, args.scenario)
+    if not args.repeats:
+        plot(summary, all_sizes, args.report_dir, args.scenario)
     contended = sum(1 for r in earlier + rows if r["contended"])
     failed = [r for r in earlier + rows if r.get("error")]
     print(f"{len(rows)} runs in {time.monotonic() - started:.0f}s ({len(earlier)} merged); {contended} contended "
@@ -219,6 +230,7 @@ def main() -> int:
         for mode in summary[metric].values():
             print("verdict: " + mode["verdict"] + (" [CONTENDED runs included]" if contended else ""))
             print("  as a line: " + mode["linear_text"])
+            print("  shape: " + mode["shape_text"])
     return 0
 
 

@@ -108,3 +108,75 @@ def describe_linear(label: str, fit: dict, unit: str = "ms") -> str:
     r2 = f", R² {fit['r2']:.3f}" if fit.get("r2") is not None else ""
     return (f"{label}: {fit['intercept']:.0f} {unit} + {fit['slope']:.3f}{interval} {unit} per waiting pod "
             f"({fit['n']} runs{r2})")
+
+
+def _solve3(m: list[list[float]], v: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting for a 3x3 system (the normal equations below)."""
+    a = [row[:] + [rhs] for row, rhs in zip(m, v)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(a[r][col]))
+        a[col], a[pivot] = a[pivot], a[col]
+        if abs(a[col][col]) < 1e-12:
+            raise ZeroDivisionError("singular")
+        for r in range(col + 1, 3):
+            f = a[r][col] / a[col][col]
+            a[r] = [x - f * y for x, y in zip(a[r], a[col])]
+    out = [0.0, 0.0, 0.0]
+    for r in (2, 1, 0):
+        out[r] = (a[r][3] - sum(a[r][k] * out[k] for k in range(r + 1, 3))) / a[r][r]
+    return out
+
+
+def quadratic_fit(points: list[tuple[float, float]]) -> dict:
+    """Least squares y = a + b*x + c*x^2 with 95 % intervals for b and c (x in thousands inside, so the
+    squares stay well conditioned; b is returned per waiting pod, c per waiting pod squared).
+
+    A fixed part makes the log-log slope read below 1 for a straight line; this fit separates the three
+    parts, so the shape can be named from the data: a c whose interval excludes 0 is curvature."""
+    usable = [(float(x) / 1000, float(y)) for x, y in points if y is not None and math.isfinite(y)]
+    n = len(usable)
+    empty = {"a": None, "b": None, "b_ci95": None, "c": None, "c_ci95": None, "n": n}
+    if len({x for x, _ in usable}) < 3 or n < 4:
+        return empty
+    powers = [[sum(x ** (i + j) for x, _ in usable) for j in range(3)] for i in range(3)]
+    moments = [sum(y * x ** i for x, y in usable) for i in range(3)]
+    try:
+        a, b, c = _solve3(powers, moments)
+        # the parameters' covariance is residual variance times the inverse of the normal matrix
+        residual = sum((y - a - b * x - c * x * x) ** 2 for x, y in usable) / (n - 3)
+        inverse_diag = [_solve3(powers, [1.0 if k == i else 0.0 for k in range(3)])[i] for i in range(3)]
+    except ZeroDivisionError:
+        return empty
+    t = t95(n - 3)
+    b_half = t * math.sqrt(max(residual * inverse_diag[1], 0.0))
+    c_half = t * math.sqrt(max(residual * inverse_diag[2], 0.0))
+    return {"a": a, "b": b / 1000, "b_ci95": b_half / 1000, "c": c / 1e6, "c_ci95": c_half / 1e6, "n": n}
+
+
+def shape(fit: dict) -> str:
+    """quadratic when the squared term's interval lies above 0; linear when it includes 0 and the linear
+    term's lies above 0; sub-linear when it lies below 0 and the linear term's above; constant when both
+    include 0; otherwise undecided, saying why."""
+    if fit.get("c") is None:
+        return "undecided (needs three sizes and four runs)"
+    c_low, c_high = fit["c"] - fit["c_ci95"], fit["c"] + fit["c_ci95"]
+    b_low, b_high = fit["b"] - fit["b_ci95"], fit["b"] + fit["b_ci95"]
+    if c_low > 0:
+        return "quadratic"
+    if c_high < 0 and b_low > 0:
+        return "sub-linear (grows with the waiting pods, less than in proportion)"
+    if c_high < 0:
+        return "undecided (the squared term is negative and the linear one may be 0)"
+    if b_low > 0:
+        return "linear"
+    if b_high >= 0 >= b_low:
+        return "constant"
+    return "undecided (falls as the waiting pods grow)"
+
+
+def describe_shape(label: str, fit: dict, unit: str = "ms") -> str:
+    """One line: the shape and the three parts it rests on."""
+    if fit.get("c") is None:
+        return f"{label}: {shape(fit)}"
+    return (f"{label}: {shape(fit)} ({fit['a']:.0f} {unit} + {fit['b']:.4f} ± {fit['b_ci95']:.4f} {unit} x N "
+            f"+ {fit['c']:.2e} ± {fit['c_ci95']:.2e} {unit} x N², {fit['n']} runs)")

@@ -139,7 +139,8 @@ def test_requeue_curve_plans_a_sweep_with_merged_rows_and_names_bad_flags(bench,
     # one repetition alone gives no interval: refused naming the flag and what is allowed
     with pytest.raises(InvalidInput) as refused:
         script.plan(script.parse_args(["--repeats", "1"]))
-    assert str(refused.value.problems[0]) == "--repeats: 1: out of range (allowed: 2 to 50 (1 only with --merge))"
+    assert str(refused.value.problems[0]) == ("--repeats: 1: out of range "
+                                              "(allowed: 2 to 50 (0 and 1 only with --merge))")
     with pytest.raises(InvalidInput) as refused:
         script.plan(script.parse_args(["--waiting", "100,lots"]))
     assert "--waiting: 100,lots: not a list of waiting-pod counts" in str(refused.value.problems[0])
@@ -147,3 +148,25 @@ def test_requeue_curve_plans_a_sweep_with_merged_rows_and_names_bad_flags(bench,
     monkeypatch.setattr(sys, "argv", ["requeue_curve.py", "--waiting", "0", "--report-dir", str(tmp_path / "out")])
     assert script.main() == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_requeue_curve_repeats_0_aggregates_merged_rows_into_a_verdict_and_plots(bench, tmp_path, monkeypatch,
+                                                                                  capsys):
+    script = bench("requeue_curve")
+    # a straight line: 100 ms + 1.5 ms per waiting pod, the same in both modes, 2 runs per size
+    rows = [{"scenario": "device-freed", "nodes": 1000, "waiting": w, "hints": h, "repeat": r,
+             "scheduler_cpu_ms_per_event": (100 + 1.5 * w) * (1 + 0.01 * r), "p50_ms": 80.0 + r,
+             "contended": False, "error": None} for w in (100, 1000, 5000) for h in (True, False) for r in (1, 2)]
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"rows": rows}))
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["requeue_curve.py", "--repeats", "0", "--merge", str(earlier),
+                                      "--report-dir", str(out)])
+    assert script.main() == 0
+    printed = capsys.readouterr().out
+    assert "0 runs" in printed and "(12 merged)" in printed
+    assert "shape: scheduler CPU per event (ms), hints on: linear" in printed
+    summary = json.loads((out / "curve.json").read_text())["summary"]
+    assert summary["scheduler_cpu_ms_per_event"]["hints off"]["shape"] == "linear"
+    assert summary["scheduler_cpu_ms_per_event"]["hints on"]["per_size"]["5000"]["n"] == 2
+    assert (out / "device-freed-scheduler_cpu_ms_per_event.png").stat().st_size > 0

@@ -64,3 +64,30 @@ def test_linear_fit_recovers_a_fixed_part_plus_a_part_per_pod():
 def test_linear_fit_needs_two_sizes():
     assert curve.linear_fit([(100, 1.0), (100, 2.0)])["slope"] is None
     assert "no linear fit" in curve.describe_linear("cost", curve.linear_fit([]))
+
+
+def test_quadratic_fit_names_the_shape_a_fixed_part_hides_from_the_log_log_slope():
+    sizes = (100, 1000, 5000)
+    wobble = (0.99, 1.0, 1.01)
+    # 200 ms + 1.5 ms per waiting pod: linear, though its log-log slope reads about 0.8
+    line = [(n, (200 + 1.5 * n) * w) for n in sizes for w in wobble]
+    fit = curve.quadratic_fit(line)
+    assert fit["b"] == pytest.approx(1.5, rel=0.1) and fit["b_ci95"] < 0.5
+    assert curve.shape(fit) == "linear"
+    assert curve.loglog_slope(line)["slope"] < 0.9
+    # the same plus a squared part per pod pair: quadratic
+    square = [(n, (200 + 1.5 * n + 0.001 * n * n) * w) for n in sizes for w in wobble]
+    assert curve.shape(curve.quadratic_fit(square)) == "quadratic"
+    # a flat cost with noise: constant
+    flat = [(n, 50 * w) for n in sizes for w in wobble]
+    assert curve.shape(curve.quadratic_fit(flat)) == "constant"
+    assert "constant (50 ms" in curve.describe_shape("cost", curve.quadratic_fit(flat))
+    # growing, but each waiting pod costs less the more there are (batches amortise): sub-linear
+    bending = [(n, (100 + 2.0 * n - 0.0002 * n * n) * w) for n in sizes for w in wobble]
+    assert curve.shape(curve.quadratic_fit(bending)).startswith("sub-linear")
+
+
+def test_quadratic_fit_needs_three_sizes():
+    two_sizes = [(100, 1.0), (100, 1.1), (1000, 10.0), (1000, 10.5)]
+    assert curve.quadratic_fit(two_sizes)["c"] is None
+    assert curve.shape(curve.quadratic_fit(two_sizes)) == "undecided (needs three sizes and four runs)"
