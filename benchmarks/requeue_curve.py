@@ -207,17 +207,22 @@ def main() -> int:
     # Repetitions go on from the merged ones: new cells get new names, and the on/off order keeps alternating.
     done = max((r.get("repeat", 0) for r in earlier), default=0)
     summary = write_results(earlier, all_sizes, args.report_dir) if earlier else {}
-    for repeat in range(done, done + args.repeats):
-        for size in sizes:
-            order = (True, False) if (repeat + sizes.index(size)) % 2 == 0 else (False, True)
-            for hints in order:
-                cell = args.report_dir / f"w{size}-r{repeat + 1}-hints-{'on' if hints else 'off'}"
-                row = {**one_run(grid[size], hints, cell), "repeat": repeat + 1}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                # Written after every run: a sweep stopped after some repetitions still leaves its data.
-                summary = write_results(earlier + rows, all_sizes, args.report_dir)
-        plot(summary, all_sizes, args.report_dir, args.scenario)
+    try:
+        for repeat in range(done, done + args.repeats):
+            for size in sizes:
+                order = (True, False) if (repeat + sizes.index(size)) % 2 == 0 else (False, True)
+                for hints in order:
+                    cell = args.report_dir / f"w{size}-r{repeat + 1}-hints-{'on' if hints else 'off'}"
+                    row = {**one_run(grid[size], hints, cell), "repeat": repeat + 1}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    # Written after every run: a sweep stopped after some repetitions still leaves its data.
+                    summary = write_results(earlier + rows, all_sizes, args.report_dir)
+            plot(summary, all_sizes, args.report_dir, args.scenario)
+    except KeyboardInterrupt:  # Ctrl-C: the run in progress cleaned up after itself; say what is kept
+        print(f"interrupted after {len(rows)} runs of this sweep; they are in {args.report_dir / 'curve.json'} "
+              "(the interrupted run is not)", file=sys.stderr)
+        return 130
     if not args.repeats:
         plot(summary, all_sizes, args.report_dir, args.scenario)
     contended = sum(1 for r in earlier + rows if r["contended"])

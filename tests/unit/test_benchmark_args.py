@@ -170,3 +170,22 @@ def test_requeue_curve_repeats_0_aggregates_merged_rows_into_a_verdict_and_plots
     assert summary["scheduler_cpu_ms_per_event"]["hints off"]["shape"] == "linear"
     assert summary["scheduler_cpu_ms_per_event"]["hints on"]["per_size"]["5000"]["n"] == 2
     assert (out / "device-freed-scheduler_cpu_ms_per_event.png").stat().st_size > 0
+
+
+def test_requeue_curve_ctrl_c_keeps_the_finished_runs_and_says_so(bench, tmp_path, monkeypatch, capsys):
+    script = bench("requeue_curve")
+    calls = []
+
+    def one_run(params, hints, cell):
+        calls.append(hints)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {"scenario": params.scenario, "nodes": params.nodes, "waiting": params.pending, "hints": hints,
+                "scheduler_cpu_ms_per_event": 100.0, "p50_ms": 50.0, "contended": False}
+
+    monkeypatch.setattr(script, "one_run", one_run)
+    monkeypatch.setattr(sys, "argv", ["requeue_curve.py", "--waiting", "100", "--report-dir", str(tmp_path)])
+    assert script.main() == 130
+    assert "interrupted after 1 runs of this sweep" in capsys.readouterr().err
+    kept = json.loads((tmp_path / "curve.json").read_text())["rows"]
+    assert [(r["waiting"], r["hints"]) for r in kept] == [(100, True)]
