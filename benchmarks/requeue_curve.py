@@ -64,12 +64,15 @@ def one_run(params: scenarios.LoadParams, hints: bool, report_dir: Path) -> dict
 
 
 def aggregate(rows: list[dict], sizes: list[int]) -> dict:
-    """Per metric and mode: mean with 95 % interval per size, the log-log fit and its verdict."""
-    result: dict = {}
+    """Per metric and mode: mean with 95 % interval per size, the log-log fit and its verdict. Runs whose
+    scheduler never settled are left out: their window ended at the settle bound, not when the events'
+    retries were done, so their cost per event is the bound's, not the events' (`unsettled` lists them)."""
+    result: dict = {"unsettled": [{"waiting": r["waiting"], "hints": r["hints"], "repeat": r.get("repeat")}
+                                  for r in rows if r.get("settled") is False]}
     for metric in METRICS:
         for hints in (True, False):
             mode = f"hints {'on' if hints else 'off'}"
-            mine = [r for r in rows if r["hints"] == hints]
+            mine = [r for r in rows if r["hints"] == hints and r.get("settled") is not False]
             per_size = {size: curve.mean_ci([r[metric] for r in mine if r["waiting"] == size]) for size in sizes}
             points = [(r["waiting"], r[metric]) for r in mine if r[metric] is not None]
             fit = curve.loglog_slope(points)
@@ -231,6 +234,9 @@ def main() -> int:
           f"(others took more than 10 % of the machine); {len(failed)} failed")
     for row in failed:
         print(f"failed: {row['waiting']} waiting, hints {'on' if row['hints'] else 'off'}: {row['error']}")
+    for row in summary.get("unsettled", []):
+        print(f"left out of the fits: {row['waiting']} waiting, hints {'on' if row['hints'] else 'off'}, repetition "
+              f"{row['repeat']}: the scheduler's queues did not settle within the bound")
     for metric in METRICS:
         for mode in summary[metric].values():
             print("verdict: " + mode["verdict"] + (" [CONTENDED runs included]" if contended else ""))

@@ -157,6 +157,8 @@ def test_requeue_curve_repeats_0_aggregates_merged_rows_into_a_verdict_and_plots
     rows = [{"scenario": "device-freed", "nodes": 1000, "waiting": w, "hints": h, "repeat": r,
              "scheduler_cpu_ms_per_event": (100 + 1.5 * w) * (1 + 0.01 * r), "p50_ms": 80.0 + r,
              "contended": False, "error": None} for w in (100, 1000, 5000) for h in (True, False) for r in (1, 2)]
+    # a run whose queues never settled: its cost is the settle bound's, and it would bend the curve
+    rows.append({**rows[-1], "repeat": 3, "scheduler_cpu_ms_per_event": 40000.0, "settled": False})
     earlier = tmp_path / "earlier.json"
     earlier.write_text(json.dumps({"rows": rows}))
     out = tmp_path / "out"
@@ -164,7 +166,8 @@ def test_requeue_curve_repeats_0_aggregates_merged_rows_into_a_verdict_and_plots
                                       "--report-dir", str(out)])
     assert script.main() == 0
     printed = capsys.readouterr().out
-    assert "0 runs" in printed and "(12 merged)" in printed
+    assert "0 runs" in printed and "(13 merged)" in printed
+    assert "left out of the fits: 5000 waiting, hints off, repetition 3: the scheduler's queues did not settle" in printed
     assert "shape: scheduler CPU per event (ms), hints on: linear" in printed
     summary = json.loads((out / "curve.json").read_text())["summary"]
     assert summary["scheduler_cpu_ms_per_event"]["hints off"]["shape"] == "linear"
