@@ -132,21 +132,43 @@ def write_results(rows: list[dict], sizes: list[int], report_dir: Path) -> dict:
     return summary
 
 
+def _csv_value(text: str):
+    """A curve.csv cell back as the value its row had: bool, int, float, None or text."""
+    if text in ("True", "False"):
+        return text == "True"
+    if text == "":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _read_rows(path: Path) -> list:
+    if path.suffix == ".csv":  # a curve.csv, e.g. the rows committed under docs/benchmarks/
+        with open(path, newline="") as handle:
+            return [{key: _csv_value(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+    return json.loads(path.read_text())["rows"]
+
+
 def merged_rows(files: list[Path], scenario: str, nodes: int) -> list[dict]:
-    """The rows of earlier sweeps' curve.json files; InvalidInput naming the file and field when one is
-    not such a file, or was measured for another scenario or node count."""
+    """The rows of earlier sweeps' curve.json or curve.csv files; InvalidInput naming the file and field
+    when one is not such a file, or was measured for another scenario or node count."""
     rows: list[dict] = []
+    wanted = "a curve.json or curve.csv this script wrote"
     for path in files:
         try:
-            found = json.loads(path.read_text())["rows"]
+            found = _read_rows(path)
             if not isinstance(found, list) or not all(isinstance(r, dict) for r in found):
                 raise TypeError
         except OSError as err:
             raise InvalidInput([Problem(f"--merge {path}", "(file)", f"cannot be read: {err.strerror}",
-                                        "a curve.json this script wrote")]) from None
-        except (ValueError, KeyError, TypeError):
+                                        wanted)]) from None
+        except (ValueError, KeyError, TypeError, csv.Error):
             raise InvalidInput([Problem(f"--merge {path}", "rows", "not a curve.json with a list of rows",
-                                        "a curve.json this script wrote")]) from None
+                                        wanted)]) from None
         for index, row in enumerate(found):
             for field, wanted in (("scenario", scenario), ("nodes", nodes)):
                 if row.get(field) != wanted:
@@ -168,7 +190,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--time-limit", type=float, default=1800, help="bound of each run, seconds")
     parser.add_argument("--report-dir", type=Path, default=Path("reports/requeue-curve"))
     parser.add_argument("--merge", type=Path, action="append", default=[], metavar="CURVE_JSON",
-                        help="rows of an earlier sweep (its curve.json) of the same scenario and nodes, aggregated "
+                        help="rows of an earlier sweep (its curve.json or curve.csv) of the same scenario and nodes, aggregated "
                              "with this one's (e.g. the largest size swept on its own); repeatable")
     bench_backend.add_flags(parser, ALLOWED)
     return bench_backend.resolve(parser, parser.parse_args(argv), ALLOWED, WHY_LOCAL)

@@ -109,6 +109,10 @@ def test_requeue_curve_merges_earlier_rows_and_refuses_other_sweeps(bench, tmp_p
     good = tmp_path / "curve.json"
     good.write_text(json.dumps({"rows": rows, "summary": {}}))
     assert script.merged_rows([good], "device-freed", 1000) == rows
+    # the CSV the script writes beside it (and BENCHMARKS commits) gives the same rows back, typed
+    script.write_results([{**rows[0], "p50_ms": 80.5, "error": None, "settled": False}], [5000], tmp_path)
+    assert script.merged_rows([tmp_path / "curve.csv"], "device-freed", 1000) == [
+        {**rows[0], "p50_ms": 80.5, "error": None, "settled": False}]
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"rows": [{**rows[0], "nodes": 500}]}))
     with pytest.raises(InvalidInput) as refused:
