@@ -150,26 +150,31 @@ def quadratic_fit(points: list[tuple[float, float]]) -> dict:
     t = t95(n - 3)
     b_half = t * math.sqrt(max(residual * inverse_diag[1], 0.0))
     c_half = t * math.sqrt(max(residual * inverse_diag[2], 0.0))
-    return {"a": a, "b": b / 1000, "b_ci95": b_half / 1000, "c": c / 1e6, "c_ci95": c_half / 1e6, "n": n}
+    return {"a": a, "b": b / 1000, "b_ci95": b_half / 1000, "c": c / 1e6, "c_ci95": c_half / 1e6, "n": n,
+            "line": linear_fit(points)}
 
 
 def shape(fit: dict) -> str:
-    """quadratic when the squared term's interval lies above 0; linear when it includes 0 and the linear
-    term's lies above 0; sub-linear when it lies below 0 and the linear term's above; constant when both
-    include 0; otherwise undecided, saying why."""
+    """quadratic when the squared term's interval lies above 0; sub-linear when it lies below 0 and the
+    linear term's above. When it includes 0 the squared term is dropped and the straight line decides
+    (its slope being far better determined than b beside c): linear when the line's slope interval lies
+    above 0, constant when it includes 0. Otherwise undecided, saying why."""
     if fit.get("c") is None:
         return "undecided (needs three sizes and four runs)"
     c_low, c_high = fit["c"] - fit["c_ci95"], fit["c"] + fit["c_ci95"]
-    b_low, b_high = fit["b"] - fit["b_ci95"], fit["b"] + fit["b_ci95"]
+    b_low = fit["b"] - fit["b_ci95"]
     if c_low > 0:
         return "quadratic"
     if c_high < 0 and b_low > 0:
         return "sub-linear (grows with the waiting pods, less than in proportion)"
     if c_high < 0:
         return "undecided (the squared term is negative and the linear one may be 0)"
-    if b_low > 0:
+    line = fit.get("line") or {}
+    if line.get("slope") is None or line.get("slope_ci95") is None:
+        return "undecided (no straight-line interval)"
+    if line["slope"] - line["slope_ci95"] > 0:
         return "linear"
-    if b_high >= 0 >= b_low:
+    if line["slope"] + line["slope_ci95"] >= 0:
         return "constant"
     return "undecided (falls as the waiting pods grow)"
 

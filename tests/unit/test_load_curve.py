@@ -82,6 +82,13 @@ def test_quadratic_fit_names_the_shape_a_fixed_part_hides_from_the_log_log_slope
     flat = [(n, 50 * w) for n in sizes for w in wobble]
     assert curve.shape(curve.quadratic_fit(flat)) == "constant"
     assert "constant (50 ms" in curve.describe_shape("cost", curve.quadratic_fit(flat))
+    # a straight line whose largest size is noisy: b and c beside each other are both uncertain, but the
+    # line without the squared term is not, and it decides (not "constant")
+    noisy = [(n, (80 + 3.0 * n) * w) for n in (100, 1000) for w in (0.99, 1.01)]
+    noisy += [(5000, 17157.0), (5000, 14824.0)]
+    fit = curve.quadratic_fit(noisy)
+    assert fit["b"] - fit["b_ci95"] < 0 < fit["c"] + fit["c_ci95"] and fit["c"] - fit["c_ci95"] < 0
+    assert curve.shape(fit) == "linear"
     # growing, but each waiting pod costs less the more there are (batches amortise): sub-linear
     bending = [(n, (100 + 2.0 * n - 0.0002 * n * n) * w) for n in sizes for w in wobble]
     assert curve.shape(curve.quadratic_fit(bending)).startswith("sub-linear")
