@@ -157,7 +157,7 @@ def merged_rows(files: list[Path], scenario: str, nodes: int) -> list[dict]:
     """The rows of earlier sweeps' curve.json or curve.csv files; InvalidInput naming the file and field
     when one is not such a file, or was measured for another scenario or node count."""
     rows: list[dict] = []
-    wanted = "a curve.json or curve.csv this script wrote"
+    allowed = "a curve.json or curve.csv this script wrote"
     for path in files:
         try:
             found = _read_rows(path)
@@ -165,10 +165,10 @@ def merged_rows(files: list[Path], scenario: str, nodes: int) -> list[dict]:
                 raise TypeError
         except OSError as err:
             raise InvalidInput([Problem(f"--merge {path}", "(file)", f"cannot be read: {err.strerror}",
-                                        wanted)]) from None
+                                        allowed)]) from None
         except (ValueError, KeyError, TypeError, csv.Error):
-            raise InvalidInput([Problem(f"--merge {path}", "rows", "not a curve.json with a list of rows",
-                                        wanted)]) from None
+            raise InvalidInput([Problem(f"--merge {path}", "rows", "not a curve.json or curve.csv of rows",
+                                        allowed)]) from None
         for index, row in enumerate(found):
             for field, wanted in (("scenario", scenario), ("nodes", nodes)):
                 if row.get(field) != wanted:

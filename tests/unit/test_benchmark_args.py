@@ -123,7 +123,11 @@ def test_requeue_curve_merges_earlier_rows_and_refuses_other_sweeps(bench, tmp_p
     broken.write_text("{not json")
     with pytest.raises(InvalidInput) as refused:
         script.merged_rows([broken], "device-freed", 1000)
-    assert "rows: not a curve.json with a list of rows" in str(refused.value.problems[0])
+    assert "rows: not a curve.json or curve.csv of rows" in str(refused.value.problems[0])
+    # after a good file, a bad one is still refused with what a --merge file must be
+    with pytest.raises(InvalidInput) as refused:
+        script.merged_rows([good, broken], "device-freed", 1000)
+    assert "(allowed: a curve.json or curve.csv this script wrote)" in str(refused.value.problems[0])
     with pytest.raises(InvalidInput) as refused:
         script.merged_rows([tmp_path / "missing.json"], "device-freed", 1000)
     assert "(file): cannot be read" in str(refused.value.problems[0])
