@@ -110,48 +110,29 @@ def describe_linear(label: str, fit: dict, unit: str = "ms") -> str:
             f"({fit['n']} runs{r2})")
 
 
-def _solve3(m: list[list[float]], v: list[float]) -> list[float]:
-    """Gaussian elimination with partial pivoting for a 3x3 system (the normal equations below)."""
-    a = [row[:] + [rhs] for row, rhs in zip(m, v)]
-    for col in range(3):
-        pivot = max(range(col, 3), key=lambda r: abs(a[r][col]))
-        a[col], a[pivot] = a[pivot], a[col]
-        if abs(a[col][col]) < 1e-12:
-            raise ZeroDivisionError("singular")
-        for r in range(col + 1, 3):
-            f = a[r][col] / a[col][col]
-            a[r] = [x - f * y for x, y in zip(a[r], a[col])]
-    out = [0.0, 0.0, 0.0]
-    for r in (2, 1, 0):
-        out[r] = (a[r][3] - sum(a[r][k] * out[k] for k in range(r + 1, 3))) / a[r][r]
-    return out
-
-
 def quadratic_fit(points: list[tuple[float, float]]) -> dict:
     """Least squares y = a + b*x + c*x^2 with 95 % intervals for b and c (x in thousands inside, so the
     squares stay well conditioned; b is returned per waiting pod, c per waiting pod squared).
 
     A fixed part makes the log-log slope read below 1 for a straight line; this fit separates the three
     parts, so the shape can be named from the data: a c whose interval excludes 0 is curvature."""
+    import numpy  # comes with matplotlib; only the benchmarks' summaries need it
+
     usable = [(float(x) / 1000, float(y)) for x, y in points if y is not None and math.isfinite(y)]
     n = len(usable)
     empty = {"a": None, "b": None, "b_ci95": None, "c": None, "c_ci95": None, "n": n}
     if len({x for x, _ in usable}) < 3 or n < 4:
         return empty
-    powers = [[sum(x ** (i + j) for x, _ in usable) for j in range(3)] for i in range(3)]
-    moments = [sum(y * x ** i for x, y in usable) for i in range(3)]
-    try:
-        a, b, c = _solve3(powers, moments)
-        # the parameters' covariance is residual variance times the inverse of the normal matrix
-        residual = sum((y - a - b * x - c * x * x) ** 2 for x, y in usable) / (n - 3)
-        inverse_diag = [_solve3(powers, [1.0 if k == i else 0.0 for k in range(3)])[i] for i in range(3)]
-    except ZeroDivisionError:
-        return empty
+    design = numpy.array([[1.0, x, x * x] for x, _ in usable])
+    ys = numpy.array([y for _, y in usable])
+    (a, b, c), *_ = numpy.linalg.lstsq(design, ys, rcond=None)
+    # the parameters' covariance: residual variance times the inverse of the normal matrix
+    residual = float(numpy.sum((ys - design @ numpy.array([a, b, c])) ** 2)) / (n - 3)
+    variances = residual * numpy.diag(numpy.linalg.inv(design.T @ design))
     t = t95(n - 3)
-    b_half = t * math.sqrt(max(residual * inverse_diag[1], 0.0))
-    c_half = t * math.sqrt(max(residual * inverse_diag[2], 0.0))
-    return {"a": a, "b": b / 1000, "b_ci95": b_half / 1000, "c": c / 1e6, "c_ci95": c_half / 1e6, "n": n,
-            "line": linear_fit(points)}
+    b_half, c_half = (t * math.sqrt(max(float(v), 0.0)) for v in variances[1:])
+    return {"a": float(a), "b": float(b) / 1000, "b_ci95": b_half / 1000, "c": float(c) / 1e6,
+            "c_ci95": c_half / 1e6, "n": n, "line": linear_fit(points)}
 
 
 def shape(fit: dict) -> str:
