@@ -72,6 +72,11 @@ def _options(parser) -> None:
     group.add_argument("--results-file", default="")
     group.add_argument("--event-timeout", type=float, default=60.0)
     group.add_argument("--rate", type=float, default=10.0, help="steady-state: arrivals per second (whole run)")
+    group.add_argument("--in-flight", type=int, default=0,
+                       help="steady-state closed loop: one user per pod kept waiting, each replacing its pod once "
+                            "bound (0: open loop at --rate)")
+    group.add_argument("--duration", type=float, default=0.0,
+                       help="steady-state closed loop: seconds from the first arrival; no new pod after that")
     group.add_argument("--conditions-root-pid", type=int, default=0,
                        help="the run's own processes for the CPU conditions: this pid and its descendants "
                             "(default: this process)")
@@ -246,8 +251,16 @@ def _teardown(environment, **_) -> None:
         result["queue_settle"] = STATE["queue_settle"]
     if after and STATE.get("metrics_window_start"):  # the scheduler's CPU over the measured window only
         result["scheduler_window"] = metrics.summary(metrics.delta(STATE["metrics_window_start"], after))
-    if options.scenario == "steady-state":
-        result["steady_state"] = {"rate": options.rate, "arrivals": STATE["fired"],
+    if options.scenario == "steady-state" and options.in_flight:
+        # closed loop: how fast the scheduler went with K pods always waiting (every pod created counts,
+        # including the last ones, created before --duration ran out and bound after)
+        result["steady_state"] = {"mode": "closed loop", "in_flight": options.in_flight, "duration": options.duration,
+                                  "arrivals": STATE["fired"],
+                                  "throughput": throughput.figures(STATE["created"], STATE["watch"].bound_at),
+                                  "most_waiting_at_once": throughput.most_in_flight(STATE["created"],
+                                                                                    STATE["watch"].bound_at)}
+    elif options.scenario == "steady-state":
+        result["steady_state"] = {"mode": "open loop", "rate": options.rate, "arrivals": STATE["fired"],
                                   "late_arrivals": STATE.get("late_arrivals", 0),
                                   "max_lag_seconds": round(STATE.get("max_lag", 0.0), 3)}
     if options.scenario in scenarios.BURST_SCENARIOS:
@@ -568,26 +581,35 @@ def _burst_pod(options, name: str) -> dict:
 
 
 class SteadyStateUser(DRAUser):
-    """One arrival per event, on a fixed schedule: arrival k is created at start + k / --rate (the run's
-    first arrival sets start), whatever happened to earlier ones, so the arrival rate stays constant
-    as long as a user is free; an arrival created late is counted (late_arrivals, max_lag_seconds).
+    """One arrival per event. Open loop (--rate): on a fixed schedule, arrival k is created at
+    start + k / --rate (the run's first arrival sets start), whatever happened to earlier ones, so the
+    arrival rate stays constant as long as a user is free; an arrival created late is counted
+    (late_arrivals, max_lag_seconds). Closed loop (--in-flight K, as scheduler_perf's steady state):
+    K users, each creating its next pod as soon as its last one is bound, so K pods are always waiting,
+    until --duration has passed since the first arrival (or --events arrivals were made).
     The latency is from the create call returning to that pod's binding; the pod is then deleted, so
     the utilization stays where set-up put it (as scheduler_perf's steady-state mode does)."""
 
     def _unblock(self) -> None:
-        number = next(STATE["targets"])
         options = self.environment.parsed_options
         start = STATE.setdefault("arrival_start", time.monotonic())
-        due = start + number / options.rate
-        lag = time.monotonic() - due
-        if lag < 0:
-            gevent.sleep(-lag)
-        elif lag > 0.1:  # every user was busy when this arrival was due
-            STATE["late_arrivals"] = STATE.get("late_arrivals", 0) + 1
-            STATE["max_lag"] = max(STATE.get("max_lag", 0.0), lag)
+        if options.in_flight:
+            if time.monotonic() - start >= options.duration:
+                raise StopIteration  # the loop's time is up: no more arrivals
+            number = next(STATE["targets"])
+        else:
+            number = next(STATE["targets"])
+            lag = time.monotonic() - (start + number / options.rate)
+            if lag < 0:
+                gevent.sleep(-lag)
+            elif lag > 0.1:  # every user was busy when this arrival was due
+                STATE["late_arrivals"] = STATE.get("late_arrivals", 0) + 1
+                STATE["max_lag"] = max(STATE.get("max_lag", 0.0), lag)
         self.target = f"arrival-{number}"
         self.last_target = f"create pod {self.target}"
+        issued = time.monotonic()
         STATE["core"].create_namespaced_pod(STATE["namespace"], _pod(options, self.target, template="one-gpu"))
+        STATE["created"][self.target] = (issued, time.monotonic())  # for the closed loop's pods/s
         STATE["pods_created"] += 1
 
     def _among(self) -> set[str] | None:

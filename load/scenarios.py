@@ -45,7 +45,9 @@ SCENARIOS = {s.name: s for s in (
     Scenario("extended-throughput", "throughput with pods asking for the extended resource example.com/gpu: 1, "
              "served by a DeviceClass's extendedResourceName instead of a claim template", False, True),
     Scenario("steady-state", "P pods placed first (the utilization); then --events pods arrive at a constant "
-             "--rate, each deleted once bound; latency from creation to binding", False, True),
+             "--rate, each deleted once bound; latency from creation to binding. With --in-flight K, a closed "
+             "loop instead: K pods always waiting, each replaced once bound, for --duration seconds (pods/s)",
+             False, True),
 )}
 
 # Scenarios that measure a burst in pods/s (every pod must be bound) rather than per-event latency.
@@ -117,10 +119,18 @@ class LoadParams:
     time_limit: float = 300.0
     event_timeout: float = 60.0
     rate: float = 10.0  # steady-state: arrivals per second
+    # steady-state closed loop (as scheduler_perf's steady state): K pods always waiting, each replaced
+    # once bound, for `duration` seconds; 0 = open loop at `rate`
+    in_flight: int = 0
+    duration: float = 0.0
 
     @property
     def burst(self) -> bool:
         return self.scenario in BURST_SCENARIOS
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.scenario == "steady-state" and self.in_flight > 0
 
     @property
     def devices(self) -> int:
@@ -152,11 +162,16 @@ def validate(params: LoadParams) -> LoadParams:
     if problems:
         raise InvalidInput(problems)
     scenario = SCENARIOS[params.scenario]
+    problems += _closed_loop_problems(params)
     if scenario.name == "steady-state":
-        if params.pending + 1 > params.devices:
+        room = max(1, params.in_flight)
+        if params.pending + room > params.devices:
             problems.append(Problem("--pending", str(params.pending), f"steady-state places P pods first and needs "
-                                    f"room for arrivals: at most {params.devices - 1} with {params.devices} devices"))
-        if not (math.isfinite(params.rate) and 0.1 <= params.rate <= MAX_RATE):
+                                    f"room for {room} arriving pod{'s' if room > 1 else ''}: at most "
+                                    f"{params.devices - room} with {params.devices} devices"))
+        if params.closed_loop:
+            pass  # arrivals follow bindings, not a rate: --rate does not apply
+        elif not (math.isfinite(params.rate) and 0.1 <= params.rate <= MAX_RATE):
             problems.append(Problem("--rate", str(params.rate), "out of range", f"0.1 to {MAX_RATE:g} pods/s"))
         elif params.events / params.rate > params.time_limit:
             problems.append(Problem("--events", str(params.events), f"{params.events} arrivals at {params.rate:g}/s "
@@ -202,6 +217,32 @@ def validate(params: LoadParams) -> LoadParams:
     if problems:
         raise InvalidInput(problems)
     return params
+
+
+def _closed_loop_problems(params: LoadParams) -> list[Problem]:
+    """--in-flight and --duration: only steady-state has the closed loop, which needs both."""
+    problems = []
+    if params.scenario != "steady-state":
+        for flag, value, unset in (("--in-flight", params.in_flight, 0), ("--duration", params.duration, 0.0)):
+            if value != unset:
+                problems.append(Problem(flag, str(value), f"only steady-state has a closed loop, not {params.scenario}",
+                                        "leave it out, or --scenario steady-state"))
+        return problems
+    if params.in_flight == 0:
+        if params.duration:
+            problems.append(Problem("--duration", str(params.duration), "only the closed loop runs for a duration "
+                                    "(the open loop ends after --events arrivals)", "leave it out, or add --in-flight K"))
+        return problems
+    if not 1 <= params.in_flight <= MAX_USERS:
+        problems.append(Problem("--in-flight", str(params.in_flight), "out of range",
+                                f"1 to {MAX_USERS} pods waiting at once (0: open loop at --rate)"))
+    if not (math.isfinite(params.duration) and 1 <= params.duration <= params.time_limit):
+        problems.append(Problem("--duration", str(params.duration), "the closed loop runs for this many seconds, "
+                                "within --time-limit", f"1 to {params.time_limit:g} seconds (--time-limit)"))
+    if params.users != 1:
+        problems.append(Problem("--users", str(params.users), "the closed loop runs one locust user per in-flight pod",
+                                "leave --users out; --in-flight sets them"))
+    return problems
 
 
 def sweep_events(scenario: str, events: int, pending: int) -> int:

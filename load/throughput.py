@@ -14,7 +14,8 @@ starts its collector right before creating the pods) and end with the first tick
 binding (upstream stops when its 1 s poll sees every pod scheduled, so it may or may not take that
 last tick; taking it puts every pod in a sample).
 
-And when not every pod was bound: why, grouped from the pods' PodScheduled conditions.
+And when not every pod was bound: why, grouped from the pods' PodScheduled conditions. For the
+steady-state closed loop: the most pods waiting at any one time.
 """
 
 from __future__ import annotations
@@ -96,6 +97,18 @@ def figures(created: dict[str, tuple[float, float]], bound_at: dict[str, float],
         if creation_rate and rate:
             result["creation_to_binding_ratio"] = round(creation_rate / rate, 1)
     return result
+
+
+def most_in_flight(created: dict[str, tuple[float, float]], bound_at: dict[str, float]) -> int:
+    """The most pods created (from their create call's issue) and not yet bound at any one time: what a
+    closed loop of K pods must keep at or below K. A pod never bound stays in flight to the end."""
+    changes = [(issued, 1) for issued, _ in created.values()]
+    changes += [(bound_at[name], -1) for name in created if name in bound_at]
+    most = current = 0
+    for _, change in sorted(changes, key=lambda item: (item[0], item[1])):  # a binding before a create at a tie
+        current += change
+        most = max(most, current)
+    return most
 
 
 _QUOTED = re.compile(r'"[^"]*"')

@@ -94,7 +94,8 @@ def _ours(spec: upstream_perf.Workload, report_dir: Path, reporter: Reporter) ->
     assert spec.ours is not None
     params = scenarios.LoadParams(**spec.ours, time_limit=1800)
     summary = load_runner.run(params, report_dir=report_dir, hints=True, reporter=reporter)
-    burst = summary.get("throughput") or {}
+    # a burst's figures, or the steady-state closed loop's (the same figures over the pods it cycled)
+    burst = summary.get("throughput") or (summary.get("steady_state") or {}).get("throughput") or {}
     cond = summary.get("conditions") or {}
     pods = burst.get("bound") or summary["latency_ms"]["n"]
     return {"scenario": params.scenario, "complete": burst.get("complete", not summary.get("failures")),

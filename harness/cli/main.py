@@ -216,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
     lrun.add_argument("--devices-per-node", type=int, default=4)
     lrun.add_argument("--users", type=int, default=1, help="locust users (concurrent events)")
     lrun.add_argument("--rate", type=float, default=10.0, help="steady-state: pod arrivals per second (default: 10)")
+    lrun.add_argument("--in-flight", type=int, default=0, metavar="K",
+                      help="steady-state closed loop: K pods always waiting, each replaced once bound (as "
+                           "scheduler_perf's steady state); reports pods/s. Needs --duration (default: 0, open loop)")
+    lrun.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
+                      help="steady-state closed loop: how long to keep K pods waiting (--events still bounds the "
+                           "arrivals)")
     lrun.add_argument("--time-limit", type=float, default=300, help="seconds; locust stops at this bound")
     lrun.add_argument("--hints", choices=("on", "off"), default=None,
                       help="SchedulerPreQueueingHints of the cluster the run starts (default: on; a cluster you "
@@ -450,7 +456,8 @@ def _load(args, reporter: Reporter, out) -> int:
     if args.action == "run":
         params = scenarios.LoadParams(args.scenario, args.nodes, args.pending, args.events,
                                       devices_per_node=args.devices_per_node, users=args.users,
-                                      time_limit=args.time_limit, rate=args.rate)
+                                      time_limit=args.time_limit, rate=args.rate, in_flight=args.in_flight,
+                                      duration=args.duration)
         summary = load_runner.run(params, report_dir=args.report_dir, web=args.web,
                                   hints=None if args.hints is None else args.hints == "on",
                                   workers=args.workers, keep_cluster=args.keep_cluster, reporter=reporter,

@@ -169,7 +169,8 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = 
                    "p99": percentile(latencies, 99),
                    "mean": round(statistics.mean(latencies), 2) if latencies else None,
                    "max": max(latencies) if latencies else None, "source": "harness"}
-        failures: int | None = params.events - len(latencies)
+        # the closed loop's --events is a bound, not a target: what counts is every arrival it made
+        failures: int | None = (scenario_result["events"] if params.closed_loop else params.events) - len(latencies)
     else:  # distributed: the workers measured; the master has locust's aggregate only
         latency = {"n": aggregate.get("requests", 0) - aggregate.get("failures", 0), "p50": aggregate.get("p50_ms"),
                    "p99": aggregate.get("p99_ms"), "source": "locust aggregate (workers)"}
@@ -211,7 +212,7 @@ def failure_reasons(params: scenarios.LoadParams, result: dict, failures: int | 
     if params.burst or not failures:
         return failed
     fired = result.get("events", 0)
-    unfired = max(0, params.events - fired)
+    unfired = 0 if params.closed_loop else max(0, params.events - fired)
     reasons = list(failed)
     if unfired:
         setup = result.get("setup_seconds")
@@ -245,7 +246,14 @@ def result_lines(summary: dict) -> list[str]:
         lines.append(f"{latency['n']} events, p50 {latency['p50']} ms, p99 {latency['p99']} ms; "
                      f"failures {summary['failures']}")
         steady = summary.get("steady_state")
-        if steady:
+        if steady and steady.get("mode") == "closed loop":
+            flow, upstream = steady["throughput"], steady["throughput"].get("scheduler_perf") or {}
+            lines.append(f"steady state, closed loop: {steady['in_flight']} pods waiting at once (at most "
+                         f"{steady['most_waiting_at_once']} seen) for {steady['duration']:g}s: {flow['bound']} of "
+                         f"{flow['pods']} pods bound, {flow.get('pods_per_second')} pods/s end to end; "
+                         f"scheduler_perf SchedulingThroughput average {upstream.get('Average')} pods/s "
+                         f"(Perc50 {upstream.get('Perc50')}, {upstream.get('samples')} one-second samples)")
+        elif steady:
             lines.append(f"steady state: {steady['arrivals']} arrivals at {steady['rate']:g}/s, "
                          f"{steady['late_arrivals']} late (max lag {steady['max_lag_seconds']}s)")
         if summary.get("failures"):  # each failed or unmeasured event, and why
@@ -285,6 +293,7 @@ def _locust_command(params, info, placement: Placement, report_dir: Path, result
     user_class = USER_CLASSES[params.scenario]
     # throughput: enough concurrent creators that pod creation outpaces the scheduler (see BENCHMARKS.md)
     users = params.users if not params.burst else max(params.users, 64)
+    users = params.in_flight if params.closed_loop else users  # closed loop: one user per pod kept waiting
     users = max(users, workers)  # locust gives each worker its part of the users: a worker without one never ends
     command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), user_class, "-u", str(users), "-r", str(users),
                "--run-time", f"{int(params.time_limit)}s", "--stop-timeout", "10",
@@ -294,7 +303,7 @@ def _locust_command(params, info, placement: Placement, report_dir: Path, result
                "--devices-per-node", str(params.devices_per_node), *placement.locust_args(),
                "--scheduler-metrics-url", info.metrics.get("kube-scheduler", ""),
                "--results-file", str(results_file), "--event-timeout", str(params.event_timeout),
-               "--rate", str(params.rate),
+               "--rate", str(params.rate), "--in-flight", str(params.in_flight), "--duration", str(params.duration),
                "--conditions-root-pid", str(os.getpid()),  # the run's own processes: this one and its children
                "--loglevel", "WARNING"]
     if web:

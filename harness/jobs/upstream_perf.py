@@ -44,7 +44,7 @@ class Workload:
 
     name: str  # <test case>/<workload>, as in performance-config.yaml
     package: str  # key of PACKAGES
-    measured_pods: int | None  # pods in upstream's measured phase (None: steady state, time-bound)
+    measured_pods: int | None  # pods in upstream's measured phase (None: steady state, time-bound: read from its log)
     ours: dict | None  # keyword arguments of load.scenarios.LoadParams
 
 
@@ -54,20 +54,22 @@ def _throughput(nodes: int, pods: int, scenario: str = "throughput") -> dict:
     return {"scenario": scenario, "nodes": nodes, "pending": pods, "events": 1, "devices_per_node": 10, "users": 64}
 
 
+def _steady_state(held: int) -> dict:
+    # upstream: `held` claims allocated first, then a closed loop of 10 pods (measurePods) for 10 s, each
+    # deleted and replaced once scheduled; ours: the same loop (--in-flight 10 --duration 10), --events
+    # only a bound on the arrivals
+    return {"scenario": "steady-state", "nodes": 500, "pending": held, "events": 5000, "devices_per_node": 10,
+            "in_flight": 10, "duration": 10.0}
+
+
 WORKLOADS = {w.name: w for w in (
     Workload("SchedulingWithResourceClaimTemplate/fast", "dra", 10, _throughput(2, 20)),
     Workload("SchedulingWithResourceClaimTemplate/2000pods_200nodes", "dra", 1000, _throughput(200, 2000)),
     Workload("SchedulingWithResourceClaimTemplate/5000pods_500nodes", "dra", 2500, _throughput(500, 5000)),
     # steady state: upstream keeps 10 pods pending for 10 s at 0 / 50 % / 99.8 % utilization
-    Workload("SchedulingWithResourceClaimTemplate/empty_500nodes", "dra", None,
-             {"scenario": "steady-state", "nodes": 500, "pending": 0, "events": 600, "devices_per_node": 10,
-              "users": 16}),
-    Workload("SchedulingWithResourceClaimTemplate/half_500nodes", "dra", None,
-             {"scenario": "steady-state", "nodes": 500, "pending": 2500, "events": 600, "devices_per_node": 10,
-              "users": 16}),
-    Workload("SchedulingWithResourceClaimTemplate/full_500nodes", "dra", None,
-             {"scenario": "steady-state", "nodes": 500, "pending": 4990, "events": 600, "devices_per_node": 10,
-              "users": 16}),
+    Workload("SchedulingWithResourceClaimTemplate/empty_500nodes", "dra", None, _steady_state(0)),
+    Workload("SchedulingWithResourceClaimTemplate/half_500nodes", "dra", None, _steady_state(2500)),
+    Workload("SchedulingWithResourceClaimTemplate/full_500nodes", "dra", None, _steady_state(4990)),
     Workload("ExtendedResource/fast", "dra/extendedresource", 10, _throughput(2, 20, "extended-throughput")),
     Workload("ExtendedResource/Explicit_25classes_2000pods_200nodes", "dra/extendedresource", 1000,
              _throughput(200, 2000, "extended-throughput")),
@@ -205,6 +207,17 @@ def throughput_of(values: dict[str, float]) -> dict[str, float] | None:
     return found or None
 
 
+# scheduler_perf's steady state logs how many pods it saw scheduled when its duration ran out
+# (createPodsSteadily in executor.go): `Completed after seeing 412 scheduled pod: ...`
+_STEADY_COMPLETED = re.compile(r"Completed after seeing (\d+) scheduled pod")
+
+
+def steady_state_pods(text: str) -> int | None:
+    """The pods a steady-state workload saw scheduled, from its log; None when it logged no count."""
+    counts = [int(m[1]) for m in _STEADY_COMPLETED.finditer(text)]
+    return counts[-1] if counts else None
+
+
 def parse_data_items(text: str) -> list[dict]:
     """A scheduler_perf data-items file (BenchmarkPerfScheduling_benchmark_*.json): its dataItems."""
     data = json.loads(text)
@@ -316,7 +329,8 @@ def run(workload: str, binary: Path, out_dir: Path, *, version: str, etcd_dir: P
                            f"{conditions.describe(measured.result) if measured.result else 'conditions unknown'})",
                            log_file=log_path, hint=_tail(text))
     values = lines[name]
-    result = {"workload": workload, "benchmark": name, "pods": spec.measured_pods, "seconds": round(time.monotonic() - started, 1),
+    pods = spec.measured_pods if spec.measured_pods is not None else steady_state_pods(text)
+    result = {"workload": workload, "benchmark": name, "pods": pods, "seconds": round(time.monotonic() - started, 1),
               "below_upstream_threshold": below,
               "scheduling_throughput": throughput_of(values), "runtime_seconds": values.get("runtime_seconds"),
               "values": values, "conditions": measured.result, "log": str(log_path)}

@@ -51,6 +51,23 @@ def test_steady_state_measures_every_arrival(tmp_path, dra_run_id):
     assert (steady["arrivals"], steady["rate"]) == (6, 2.0), steady
 
 
+def test_steady_state_closed_loop_keeps_k_pods_waiting_and_reports_pods_per_second(tmp_path, dra_run_id):
+    """--in-flight 2 --duration 5: every pod bound is replaced by a new one, never more than 2 wait at once,
+    and the loop reports pods/s over every pod it cycled (scheduler_perf's steady state)."""
+    params = scenarios.LoadParams("steady-state", nodes=3, pending=2, events=10000, devices_per_node=2,
+                                  in_flight=2, duration=5.0, time_limit=120)
+    summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-loop-{dra_run_id[:5]}")
+    steady = summary["steady_state"]
+    flow = steady["throughput"]
+    assert steady["mode"] == "closed loop" and summary["failures"] == 0, summary.get("failure_reasons")
+    # more pods than the loop holds at once: bound pods were replaced; and every arrival measured
+    assert flow["pods"] == flow["bound"] == steady["arrivals"] == summary["latency_ms"]["n"] > 2, steady
+    assert 1 <= steady["most_waiting_at_once"] <= 2, steady
+    # it ran for its duration (the last pods may be bound just before it ran out), not stopped early
+    assert flow["pods_per_second"] > 0 and flow["end_to_end"]["seconds"] >= params.duration - 1, flow
+    assert flow["scheduler_perf"]["samples"] >= 2 and flow["scheduler_perf"]["Average"] > 0, flow
+
+
 def test_extended_throughput_binds_every_pod_through_the_class(tmp_path, dra_run_id, monkeypatch):
     """Pods asking for the extended resource (no claim in the manifest) all bind through the DeviceClass
     that maps it. The report directory is given relative (as `bench upstream --ab` does): the driver and

@@ -38,7 +38,17 @@ def test_good_parameters_pass():
     ({"nodes": 3000, "time_limit": 60}, "--nodes", "fills every device"),
     ({"users": 0}, "--users", "out of range"),
     ({"time_limit": float("nan")}, "--time-limit", "not a usable number"),
-    ({"scenario": "steady-state", "pending": 40}, "--pending", "room for arrivals"),
+    ({"scenario": "steady-state", "pending": 40}, "--pending", "room for 1 arriving pod"),
+    ({"scenario": "steady-state", "pending": 35, "in_flight": 10, "duration": 5}, "--pending", "room for 10 arriving"),
+    ({"scenario": "device-freed", "in_flight": 2}, "--in-flight", "only steady-state has a closed loop"),
+    ({"scenario": "throughput", "duration": 5}, "--duration", "only steady-state has a closed loop"),
+    ({"scenario": "steady-state", "duration": 5}, "--duration", "only the closed loop runs for a duration"),
+    ({"scenario": "steady-state", "in_flight": 2}, "--duration", "runs for this many seconds"),
+    ({"scenario": "steady-state", "in_flight": 2, "duration": 500, "time_limit": 300}, "--duration",
+     "within --time-limit"),
+    ({"scenario": "steady-state", "in_flight": 2, "duration": float("nan")}, "--duration", "runs for this many"),
+    ({"scenario": "steady-state", "in_flight": -1, "duration": 5}, "--in-flight", "out of range"),
+    ({"scenario": "steady-state", "in_flight": 2, "duration": 5, "users": 4}, "--users", "one locust user per"),
     ({"scenario": "steady-state", "rate": 0}, "--rate", "out of range"),
     ({"scenario": "steady-state", "rate": float("inf")}, "--rate", "out of range"),
     ({"scenario": "steady-state", "events": 5000, "rate": 1, "time_limit": 60}, "--events", "more than --time-limit"),
@@ -112,3 +122,11 @@ def test_sweep_events_cap_only_latency_scenarios():
     assert scenarios.sweep_events("device-freed", 20, 10) == 10
     assert scenarios.sweep_events("throughput", 1, 5000) == 1
     assert scenarios.sweep_events("steady-state", 600, 0) == 600
+
+
+def test_closed_loop_ignores_the_rate_and_bounds_arrivals_by_events():
+    """--in-flight K --duration S: the open loop's --rate and its events/rate bound do not apply."""
+    params = scenarios.validate(scenarios.LoadParams("steady-state", 10, 30, 100000, devices_per_node=4, rate=0,
+                                                     in_flight=10, duration=10, time_limit=60))
+    assert params.closed_loop
+    assert not scenarios.LoadParams("steady-state", 10, 0, 10).closed_loop

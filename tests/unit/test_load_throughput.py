@@ -90,3 +90,12 @@ def test_worker_shares_add_up_to_the_total(total, workers):
 def test_two_workers_take_half_the_events_each():
     assert [scenarios.share(10, 2, i) for i in range(2)] == [5, 5]
     assert [scenarios.share(5, 2, i) for i in range(2)] == [3, 2]
+
+
+def test_most_in_flight_counts_pods_created_and_not_yet_bound():
+    created = {"a": (0.0, 0.1), "b": (0.0, 0.1), "c": (1.0, 1.1), "d": (2.0, 2.1)}
+    bound = {"a": 0.5, "b": 1.0, "c": 1.5}  # b bound at the instant c is created: not both at once
+    assert throughput.most_in_flight(created, bound) == 2
+    # d was never bound: it stays in flight, beside a second pod created later
+    assert throughput.most_in_flight({**created, "e": (3.0, 3.1)}, bound) == 2
+    assert throughput.most_in_flight({}, {}) == 0

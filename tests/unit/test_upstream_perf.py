@@ -11,6 +11,7 @@ import pytest
 from harness.cli import bench as bench_cli
 from harness.cli import main as cli
 from harness.jobs import upstream_perf
+from load import scenarios
 
 # As `go test -bench` prints scheduler_perf's results (GOMAXPROCS suffix, tab-separated value/unit pairs).
 BENCH_OUTPUT = """\
@@ -59,8 +60,6 @@ def test_bench_regex_selects_exactly_one_workload():
 
 
 def test_every_workload_names_a_known_package_and_a_valid_scenario():
-    from load import scenarios
-
     for workload in upstream_perf.WORKLOADS.values():
         assert workload.package in upstream_perf.PACKAGES
         if workload.ours:
@@ -240,3 +239,18 @@ def test_a_failure_of_our_side_is_recorded_and_the_next_rounds_still_run(tmp_pat
     assert [r["upstream"]["scheduling_throughput"]["Average"] for r in rows] == [9.0, 9.0]
     assert all("exited during start" in r["ours"]["failed"] for r in rows)
     assert "ours FAILED: fake-devices" in out.getvalue()
+
+
+def test_steady_state_pods_come_from_the_log():
+    log = ("I1202 executor.go:748] creating pods in namespace \"test\" for 10s\n"
+           "    executor.go:810: Completed after seeing 412 scheduled pod: the operation ran for the configured 10s\n")
+    assert upstream_perf.steady_state_pods(log) == 412
+    assert upstream_perf.steady_state_pods("no such line") is None
+
+
+def test_steady_state_workloads_pair_with_the_closed_loop():
+    for name in ("empty_500nodes", "half_500nodes", "full_500nodes"):
+        ours = upstream_perf.WORKLOADS[f"SchedulingWithResourceClaimTemplate/{name}"].ours
+        params = scenarios.LoadParams(**ours, time_limit=1800)
+        assert params.closed_loop and (params.in_flight, params.duration) == (10, 10.0)
+        assert params.pending + params.in_flight <= params.devices == 5000
