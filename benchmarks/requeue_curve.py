@@ -9,7 +9,8 @@ confidence intervals and a verdict on how the cost grows (results in BENCHMARKS.
 Each run is `dra-harness load run` on a fresh cluster. Order: for each repetition, for each size, the
 two modes in alternating order (on/off, then off/on), so neither mode always runs first or on a
 warmer machine. Cost per event = the scheduler's own CPU (its process_cpu_seconds_total) over the
-measured window / events measured. Writes curve.json, curve.csv and a plot per metric, and prints
+measured window / events measured. Writes curve.json, curve.csv, curve.md (the tables BENCHMARKS.md
+shows) and a plot per metric, and prints
 per mode the log-log verdict, the straight-line fit and the shape from a + b*N + c*N^2: constant,
 linear, sub-linear or quadratic in the waiting pods, or undecided. `--merge CURVE_JSON` adds earlier
 sweeps' rows; with `--repeats 0` it only aggregates and plots them.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -115,6 +117,72 @@ def plot(summary: dict, sizes: list[int], report_dir: Path, scenario: str) -> li
     return files
 
 
+def _mean_text(cell: dict, digits: int = 0) -> str:
+    if cell["mean"] is None:
+        return "-"
+    return f"{cell['mean']:.{digits}f}" + (f" ± {cell['ci95']:.{digits}f}" if cell["ci95"] is not None else "")
+
+
+def _runs_text(values: list, digits: int = 1) -> str:
+    shown = [f"{v:.{digits}f}" if isinstance(v, float) and digits else str(round(v)) for v in values if v is not None]
+    return ", ".join(shown) or "-"
+
+
+def markdown(rows: list[dict], summary: dict, sizes: list[int], scenario: str) -> str:
+    """The fits row per mode and the per-size table, as BENCHMARKS.md shows them (curve.md), so the
+    tables there are copied from the data, not typed."""
+    cpu = summary["scheduler_cpu_ms_per_event"]
+    lines = ["| event | hints | shape (a + b·N + c·N²) | straight line: ms + ms per waiting pod | b, ms per waiting "
+             "pod (quadratic fit) | c, ms per waiting pod² | log-log slope | runs |", "|---|---|---|---|---|---|---|---|"]
+    for mode, data in cpu.items():
+        line, quad, fit = data["linear"], data["quadratic"], data["fit"]
+        straight = "-" if line.get("slope") is None else (
+            f"{line['intercept']:.0f} + {line['slope']:.3f}" + (f" ± {line['slope_ci95']:.3f}" if line.get("slope_ci95")
+                                                                 is not None else "")
+            + (f" (R² {line['r2']:.3f})" if line.get("r2") is not None else ""))
+        b = "-" if quad.get("b") is None else f"{quad['b']:.3f} ± {quad['b_ci95']:.3f}"
+        c = "-" if quad.get("c") is None else f"{quad['c']:.1e} ± {quad['c_ci95']:.1e}"
+        slope = "-" if fit.get("slope") is None else f"{fit['slope']:.2f}" + (
+            f" ± {fit['ci95']:.2f}" if fit.get("ci95") is not None else "")
+        lines.append(f"| {scenario} | {mode.split()[-1]} | {data['shape']} | {straight} | {b} | {c} | {slope} | "
+                     f"{line.get('n') or fit.get('n', 0)} |")
+    contended = sum(1 for r in rows if r.get("contended"))
+    others = max((r.get("others_percent") or 0.0 for r in rows), default=0.0)
+    missed = sorted({r.get("missed_requeues") for r in rows if r.get("missed_requeues") is not None})
+    lines += ["", f"**{scenario}** ({len(rows)} runs, {contended} contended, others at most {others:.1f} % of the "
+              f"machine, `missedRequeues` {', '.join(str(round(m)) for m in missed) or '-'})", "",
+              "| waiting pods | hints | runs | scheduler CPU per event, ms: mean ± 95 % CI | latency p50, ms: mean ± "
+              "95 % CI | p99 per run, ms | failed attempts per run | CPU per failed attempt, ms | retries settled after "
+              "the last event, s |", "|---|---|---|---|---|---|---|---|---|"]
+    for size in sizes:
+        for hints in (True, False):
+            mode = f"hints {'on' if hints else 'off'}"
+            cell = [r for r in rows if r["waiting"] == size and r["hints"] == hints]
+            settled = [r for r in cell if r.get("settled") is not False]
+            if settled:
+                attempts = [r["failed_attempts"] for r in settled if r.get("failed_attempts") is not None]
+                per_attempt = [r["scheduler_cpu_ms_per_failed_attempt"] for r in settled
+                               if r.get("scheduler_cpu_ms_per_failed_attempt") is not None]
+                lines.append(
+                    f"| {size} | {mode.split()[-1]} | {len(settled)} | "
+                    f"{_mean_text(summary['scheduler_cpu_ms_per_event'][mode]['per_size'][size])} | "
+                    f"{_mean_text(summary['p50_ms'][mode]['per_size'][size])} | "
+                    f"{_runs_text([r.get('p99_ms') for r in settled], 0)} | "
+                    f"{round(statistics.fmean(attempts)) if attempts else '-'} | "
+                    f"{f'{statistics.fmean(per_attempt):.1f}' if per_attempt else '-'} | "
+                    f"{_runs_text([r.get('settle_seconds') for r in settled])} |")
+            for r in cell:
+                if r.get("settled") is False:
+                    shown = {key: "-" if r.get(key) is None else r[key] for key in (
+                        "scheduler_cpu_ms_per_event", "p50_ms", "p99_ms", "failed_attempts",
+                        "scheduler_cpu_ms_per_failed_attempt", "settle_seconds")}
+                    lines.append(f"| {size} | {mode.split()[-1]} | 1 | {shown['scheduler_cpu_ms_per_event']} (not "
+                                 f"settled: left out) | {shown['p50_ms']} | {shown['p99_ms']} | "
+                                 f"{shown['failed_attempts']} | {shown['scheduler_cpu_ms_per_failed_attempt']} | "
+                                 f"{shown['settle_seconds']} (bound) |")
+    return "\n".join(lines) + "\n"
+
+
 ALLOWED = ("local",)
 WHY_LOCAL = ("compares SchedulerPreQueueingHints on and off, which only a cluster the benchmark starts can "
              "switch (each run is `load run` on a fresh local cluster)")
@@ -124,6 +192,7 @@ def write_results(rows: list[dict], sizes: list[int], report_dir: Path) -> dict:
     """curve.json (rows and their summary) and curve.csv for the runs so far; returns the summary."""
     summary = aggregate(rows, sizes)
     (report_dir / "curve.json").write_text(json.dumps({"rows": rows, "summary": summary}, indent=2))
+    (report_dir / "curve.md").write_text(markdown(rows, summary, sizes, rows[0]["scenario"] if rows else "?"))
     with open(report_dir / "curve.csv", "w", newline="") as handle:
         fields = list(dict.fromkeys(key for row in rows for key in row))
         writer = csv.DictWriter(handle, fieldnames=fields)

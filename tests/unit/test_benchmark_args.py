@@ -181,6 +181,13 @@ def test_requeue_curve_repeats_0_aggregates_merged_rows_into_a_verdict_and_plots
     assert summary["scheduler_cpu_ms_per_event"]["hints off"]["shape"] == "linear"
     assert summary["scheduler_cpu_ms_per_event"]["hints on"]["per_size"]["5000"]["n"] == 2
     assert (out / "device-freed-scheduler_cpu_ms_per_event.png").stat().st_size > 0
+    # curve.md: the tables BENCHMARKS.md shows, from the same rows; the unsettled run on a line of its own
+    table = (out / "curve.md").read_text().splitlines()
+    assert "| device-freed | on | linear | 102 + 1.522 ± 0.015 (R² 1.000) |" in "\n".join(table)
+    assert "**device-freed** (13 runs, 0 contended" in "\n".join(table)
+    (cell,) = [line for line in table if line.startswith("| 5000 | off | 2 |")]
+    assert cell.split(" | ")[3].startswith("7714 ± "), cell  # mean of (100 + 7500) x 1.01 and x 1.02
+    assert "| 5000 | off | 1 | 40000.0 (not settled: left out) | 82.0 | - | - | - | - (bound) |" in table, table
 
 
 def test_requeue_curve_ctrl_c_keeps_the_finished_runs_and_says_so(bench, tmp_path, monkeypatch, capsys):
