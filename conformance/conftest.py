@@ -119,10 +119,12 @@ def driver_under_test(request: pytest.FixtureRequest, k8s: Clients) -> DriverUnd
 
 
 @pytest.fixture
-def vendor_turn(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str):
+def vendor_turn(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str, cluster_objects):
     """Vendor mode: this test's turn at the vendor's devices (the tests of a run that use them take
     turns, across xdist workers), given back at teardown: its pods, PodGroups and claims deleted and
-    waited for, and the kubelet's count of prepared claims back. A no-op with the fake driver."""
+    waited for, the kubelet's count of prepared claims back, and its cluster-scoped objects (a
+    DeviceTaintRule on a device, a DeviceClass) deleted, all before the next test's turn starts. A
+    no-op with the fake driver."""
 
     vendor = vendor_driver(request.config)
     if vendor is None:
@@ -132,6 +134,9 @@ def vendor_turn(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str
         yield
         under_test.give_back(k8s, dra_namespace, vendor.drivers,
                              request.getfixturevalue("cluster_facts").kubelet_nodes)
+        # cluster_objects' own teardown comes after this one (it was set up first): a rule left
+        # tainting a device the next turn picks would make that test's pods unschedulable
+        cluster_objects.delete_all()
 
 
 @pytest.fixture

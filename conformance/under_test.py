@@ -253,14 +253,36 @@ def in_use(k8s: Clients) -> set[tuple[str, str, str]]:
     return used
 
 
+def blocking_rule_selectors(k8s: Clients) -> list[tuple[str | None, str | None, str | None]]:
+    """(driver, pool, device) selectors of the cluster's DeviceTaintRules with a blocking effect (None:
+    any), whoever made them: another test's rule not deleted yet, or a health monitor of the cluster."""
+    try:
+        rules = k8s.resource.list_device_taint_rule().items
+    except ApiException as err:
+        if err.status == 404:  # the cluster does not serve DeviceTaintRules
+            return []
+        raise
+    selectors = []
+    for rule in rules:
+        if rule.spec.taint and rule.spec.taint.effect in BLOCKING_EFFECTS:
+            chosen = rule.spec.device_selector
+            selectors.append((chosen.driver, chosen.pool, chosen.device) if chosen else (None, None, None))
+    return selectors
+
+
+def _ruled_out(key: tuple[str, str, str], selectors) -> bool:
+    return any(all(want is None or want == have for want, have in zip(selector, key)) for selector in selectors)
+
+
 def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | None = None, *,
                  shareable: bool = False) -> dict[tuple[str, str], list[Device]]:
     """{(driver, node): free devices}: published on that node, selected (if given), not held by a claim,
-    without a blocking taint, consuming no shared counters (so each one stands alone), and allowing
-    one allocation only (or, `shareable`, several: consumable capacity)."""
+    without a blocking taint (in its slice or from a DeviceTaintRule), consuming no shared counters (so
+    each one stands alone), and allowing one allocation only (or, `shareable`, several: consumable capacity)."""
     slices = _newest_slices([k8s.api_client.sanitize_for_serialization(s) for s in k8s.resource.list_resource_slice().items
                              if s.spec.driver in drivers])
     used = in_use(k8s)
+    ruled = blocking_rule_selectors(k8s)
     found: dict[tuple[str, str], list[Device]] = {}
     for s in slices:
         node = s["spec"].get("nodeName")
@@ -272,7 +294,7 @@ def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | No
                 continue
             if bool(device.get("allowMultipleAllocations")) != shareable:
                 continue
-            if any(t.get("effect") in BLOCKING_EFFECTS for t in device.get("taints") or []):
+            if any(t.get("effect") in BLOCKING_EFFECTS for t in device.get("taints") or []) or _ruled_out(key, ruled):
                 continue
             found.setdefault((key[0], node), []).append(Device(key[0], key[1], key[2], node, device))
     for devices in found.values():

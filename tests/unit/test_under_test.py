@@ -238,3 +238,26 @@ def test_what_a_device_records_as_consumed_and_what_fits_beside():
     assert consumed(plain, {"bw": 50 * m}) == {"bw": 50 * m, "slots": 4}  # no policy, no amount: all of it
     assert beside(plain, "bw", 3) == {"slots": Decimal("1.333")}
     assert not fit(plain, [{}, {}]) and fit(plain, [{"slots": 2}, {"slots": 2}])
+
+
+# --- DeviceTaintRules: a device a blocking rule selects is not free -----------------------------
+
+def test_blocking_rules_rule_out_the_devices_they_select():
+    from types import SimpleNamespace as NS
+
+    from conformance.under_test import _ruled_out, blocking_rule_selectors
+
+    def rule(effect, **selector):
+        chosen = NS(driver=selector.get("driver"), pool=selector.get("pool"), device=selector.get("device"))
+        return NS(spec=NS(taint=NS(effect=effect), device_selector=chosen if selector else None))
+
+    rules = [rule("NoSchedule", driver="gpu.example.com", device="gpu-0"), rule("None", driver="gpu.example.com"),
+             rule("NoExecute", pool="node-b")]
+    k8s = NS(resource=NS(list_device_taint_rule=lambda: NS(items=rules)))
+    selectors = blocking_rule_selectors(k8s)
+    assert selectors == [("gpu.example.com", None, "gpu-0"), (None, "node-b", None)]  # effect None blocks nothing
+    assert _ruled_out(("gpu.example.com", "node-a", "gpu-0"), selectors)
+    assert not _ruled_out(("gpu.example.com", "node-a", "gpu-1"), selectors)
+    assert _ruled_out(("nic.example.com", "node-b", "nic-3"), selectors)  # the whole pool
+    everything = blocking_rule_selectors(NS(resource=NS(list_device_taint_rule=lambda: NS(items=[rule("NoSchedule")]))))
+    assert _ruled_out(("any.example.com", "p", "d"), everything)  # a rule without a selector taints every device
