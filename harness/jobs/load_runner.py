@@ -73,12 +73,17 @@ def gives_cluster(backend_class) -> bool:
 
 
 def check_run_flags(backend_name: str, *, workers: int = 0, hints: bool | None = None,
-                    keep_cluster: bool = False) -> list[Problem]:
-    """The flags of `load run` that the chosen backend cannot honour (pure: nothing is contacted)."""
+                    keep_cluster: bool = False, in_flight: int = 0) -> list[Problem]:
+    """The flags of `load run` that the chosen backend cannot honour, or that do not go together
+    (pure: nothing is contacted)."""
     backend_class = backends.backend_class(backend_name)
     problems = [] if 0 <= workers <= MAX_WORKERS else [
         Problem("--workers", str(workers), "out of range",
                 f"0 (locust in one process) to {MAX_WORKERS} worker processes")]
+    if in_flight > 0 and workers > in_flight:  # every worker needs a user, and each user keeps one pod waiting
+        problems.append(Problem("--workers", str(workers), f"more worker processes than pods the closed loop keeps "
+                                f"waiting (--in-flight {in_flight}): each worker runs at least one locust user, and "
+                                "each user keeps one pod waiting", f"at most {in_flight}"))
     if gives_cluster(backend_class):
         if hints is not None:
             problems.append(Problem("--hints", "on" if hints else "off", f"--backend {backend_name} runs on a "
@@ -105,7 +110,8 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = 
     the run starts (None: on); a given cluster keeps its own."""
     backend_class = backends.backend_class(backend_name)
     given = gives_cluster(backend_class)
-    problems = check_run_flags(backend_name, workers=workers, hints=hints, keep_cluster=keep_cluster)
+    problems = check_run_flags(backend_name, workers=workers, hints=hints, keep_cluster=keep_cluster,
+                               in_flight=params.in_flight if params.scenario == "steady-state" else 0)
     try:
         scenarios.validate(params)
     except InvalidInput as err:

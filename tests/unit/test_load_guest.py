@@ -91,6 +91,8 @@ def test_a_guest_run_needs_its_own_node_taint(tmp_path):
     ("existing", {"keep_cluster": True}, [("--keep-cluster", "(set)")]),
     ("kind", {}, [("--backend", "kind")]),
     ("local", {"workers": -1}, [("--workers", "-1")]),
+    ("local", {"workers": 4, "in_flight": 4}, []),
+    ("local", {"workers": 5, "in_flight": 4}, [("--workers", "5")]),  # a fifth user would keep a fifth pod waiting
 ])
 def test_load_run_flags_per_backend(backend, kwargs, expected):
     problems = load_runner.check_run_flags(backend, **kwargs)
