@@ -160,7 +160,8 @@ def markdown(rows: list[dict], summary: dict, sizes: list[int], scenario: str) -
             cell = [r for r in rows if r["waiting"] == size and r["hints"] == hints]
             settled = [r for r in cell if r.get("settled") is not False]
             if settled:
-                attempts = [r["failed_attempts"] for r in settled if r.get("failed_attempts") is not None]
+                # no ScheduleAttemptFailure in a run's window is 0 failed attempts (the counter never moved)
+                attempts = [r.get("failed_attempts") or 0 for r in settled if not r.get("error")]
                 per_attempt = [r["scheduler_cpu_ms_per_failed_attempt"] for r in settled
                                if r.get("scheduler_cpu_ms_per_failed_attempt") is not None]
                 lines.append(
