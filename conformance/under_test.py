@@ -264,9 +264,9 @@ def blocking_rule_selectors(k8s: Clients) -> list[tuple[str | None, str | None, 
         raise
     selectors = []
     for rule in rules:
-        if rule.spec.taint and rule.spec.taint.effect in BLOCKING_EFFECTS:
-            chosen = rule.spec.device_selector
-            selectors.append((chosen.driver, chosen.pool, chosen.device) if chosen else (None, None, None))
+        chosen = rule.spec.device_selector  # the API: an empty selector matches every device, none matches none
+        if chosen is not None and rule.spec.taint and rule.spec.taint.effect in BLOCKING_EFFECTS:
+            selectors.append((chosen.driver, chosen.pool, chosen.device))
     return selectors
 
 

@@ -259,5 +259,8 @@ def test_blocking_rules_rule_out_the_devices_they_select():
     assert _ruled_out(("gpu.example.com", "node-a", "gpu-0"), selectors)
     assert not _ruled_out(("gpu.example.com", "node-a", "gpu-1"), selectors)
     assert _ruled_out(("nic.example.com", "node-b", "nic-3"), selectors)  # the whole pool
-    everything = blocking_rule_selectors(NS(resource=NS(list_device_taint_rule=lambda: NS(items=[rule("NoSchedule")]))))
-    assert _ruled_out(("any.example.com", "p", "d"), everything)  # a rule without a selector taints every device
+    # the API: an empty selector matches every device, a missing one none
+    empty = NS(spec=NS(taint=NS(effect="NoSchedule"), device_selector=NS(driver=None, pool=None, device=None)))
+    everything = blocking_rule_selectors(NS(resource=NS(list_device_taint_rule=lambda: NS(items=[empty]))))
+    assert _ruled_out(("any.example.com", "p", "d"), everything)
+    assert blocking_rule_selectors(NS(resource=NS(list_device_taint_rule=lambda: NS(items=[rule("NoSchedule")])))) == []
