@@ -593,12 +593,10 @@ class SteadyStateUser(DRAUser):
     def _unblock(self) -> None:
         options = self.environment.parsed_options
         start = STATE.setdefault("arrival_start", time.monotonic())
-        if options.in_flight:
-            if time.monotonic() - start >= options.duration:
-                raise StopIteration  # the loop's time is up: no more arrivals
-            number = next(STATE["targets"])
-        else:
-            number = next(STATE["targets"])
+        if options.in_flight and time.monotonic() - start >= options.duration:
+            raise StopIteration  # the closed loop's time is up: no more arrivals
+        number = next(STATE["targets"])
+        if not options.in_flight:  # open loop: arrival k is due at start + k / rate
             lag = time.monotonic() - (start + number / options.rate)
             if lag < 0:
                 gevent.sleep(-lag)

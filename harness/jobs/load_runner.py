@@ -111,7 +111,7 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = 
     backend_class = backends.backend_class(backend_name)
     given = gives_cluster(backend_class)
     problems = check_run_flags(backend_name, workers=workers, hints=hints, keep_cluster=keep_cluster,
-                               in_flight=params.in_flight if params.scenario == "steady-state" else 0)
+                               in_flight=params.in_flight if params.closed_loop else 0)
     try:
         scenarios.validate(params)
     except InvalidInput as err:
