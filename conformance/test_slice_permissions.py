@@ -20,7 +20,7 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from harness.k8s import wait
+from harness.k8s import keyfiles, wait
 from harness.k8s.client import Clients
 
 pytestmark = pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
@@ -28,9 +28,7 @@ pytestmark = pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
 
 @contextlib.contextmanager
 def _as_node(k8s: Clients, node: str) -> Iterator[kubernetes.client.ResourceV1Api]:
-    config = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(k8s.kubeconfig), client_configuration=config)
-    client = kubernetes.client.ApiClient(config)
+    client = kubernetes.client.ApiClient(keyfiles.load_configuration(k8s.kubeconfig))
     client.set_default_header("Impersonate-User", f"system:node:{node}")
     client.set_default_header("Impersonate-Group", "system:nodes")
     try:

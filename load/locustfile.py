@@ -31,6 +31,7 @@ from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from fake_devices.controller import ignore_missing
 from harness.core import conditions
+from harness.k8s import keyfiles
 from harness.k8s.client import https_get, tls_context
 from load import cluster_ops as ops
 from load import metrics, scenarios, throughput
@@ -90,8 +91,7 @@ def _on_init(environment, **_) -> None:
 
 def _clients(options):
     if "api" not in STATE:
-        configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(config_file=options.kubeconfig, client_configuration=configuration)
+        configuration = keyfiles.load_configuration(options.kubeconfig)
         configuration.connection_pool_maxsize = 64  # before the ApiClient exists: it sizes its pool once
         api = kubernetes.client.ApiClient(configuration)
         STATE.update(api=api, core=kubernetes.client.CoreV1Api(api), resource=kubernetes.client.ResourceV1Api(api))

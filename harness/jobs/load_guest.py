@@ -28,7 +28,7 @@ from fake_devices.config import PROFILE_LABEL
 from fake_devices.controller import INSTANCE_LABEL, FakeDriver, PublishError, ignore_missing
 from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
-from harness.k8s import wait
+from harness.k8s import keyfiles, wait
 from load.scenarios import LOAD_LABEL, Placement
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # KWOK's own selector: a cluster running KWOK keeps these Ready
@@ -64,7 +64,7 @@ class GuestRun:
             raise ValueError("a run on a given cluster needs its own node taint (Placement.guest)")
         self.placement, self.nodes, self.with_devices = placement, nodes, with_devices
         self.profile_file, self.reporter = profile_file, reporter
-        self.api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+        self.api = kubernetes.client.ApiClient(keyfiles.load_configuration(kubeconfig))
         self.api.configuration.connection_pool_maxsize = 24
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.resource = kubernetes.client.ResourceV1Api(self.api)

@@ -18,6 +18,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from harness.core.errors import ConfigError, Problem
+from harness.k8s import keyfiles
 
 # A kubeconfig is a few KiB; anything much bigger is not one (a log, /dev/zero), and is not read whole.
 MAX_KUBECONFIG_BYTES = 4 << 20
@@ -74,8 +75,7 @@ def read_kubeconfig(path: Path | str, where: str = "--kubeconfig") -> dict:
         raise refuse(f"clusters[{context.get('cluster')}].cluster.server", f"{server!r} is not a URL",
                      "https://HOST:PORT")
     try:  # what the client library itself will refuse (a bad certificate, an unknown auth provider)
-        kubernetes.config.load_kube_config(config_file=str(path),
-                                           client_configuration=kubernetes.client.Configuration())
+        keyfiles.load_configuration(path)
     except (kubernetes.config.ConfigException, ValueError, TypeError, OSError) as err:
         raise refuse("(file)", f"not usable by the Kubernetes client: {' '.join(str(err).split())[:200]}") from None
     return {"name": current, "server": server}
@@ -118,8 +118,7 @@ class Clients:
 
     @cached_property
     def api_client(self) -> kubernetes.client.ApiClient:
-        config = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=config)
+        config = keyfiles.load_configuration(self.kubeconfig)
         config.connection_pool_maxsize = 32  # node creation and watches run on several threads
         return kubernetes.client.ApiClient(config)
 
