@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--binaries-dir", type=Path, default=None, help="use pre-built binaries from this directory")
     up.add_argument("--source", choices=binaries.SOURCES, default="auto", help="where missing binaries come from")
     up.add_argument("--keep-on-failure", action="store_true", help="leave a failed cluster for inspection")
+    up.add_argument("--verbosity", type=int, default=1, metavar="0-10",
+                    help="local: the control-plane components' log level, --v (default: 1; 5 shows why the "
+                         "scheduler's DRA allocator rejects a node)")
     up.add_argument("--kubeconfig", default=None, help="existing: the cluster's kubeconfig (default: $KUBECONFIG)")
     up.add_argument("--no-deploy", action="store_true",
                     help="kind, existing: do not deploy the fake driver (vendor mode: bring your own driver)")
@@ -475,9 +478,12 @@ def _load(args, reporter: Reporter, out) -> int:
     return 0
 
 
+MAX_VERBOSITY = 10  # klog's highest level in use
+
+
 def _up_spec(args, backend: Backend) -> ClusterSpec:
     """The ClusterSpec of `cluster up`; a flag the chosen backend does not use is an error."""
-    parser_defaults = {"nodes": None, "real_nodes": 0, "source": "auto", "no_deploy": False}
+    parser_defaults = {"nodes": None, "real_nodes": 0, "source": "auto", "no_deploy": False, "verbosity": 1}
     problems = []
     for flag in sorted({flag for name in backends.BACKENDS for flag in backends.backend_class(name).spec_flags}):
         attr = flag.removeprefix("--").replace("-", "_")
@@ -486,6 +492,9 @@ def _up_spec(args, backend: Backend) -> ClusterSpec:
             users = [name for name in backends.BACKENDS if flag in backends.backend_class(name).spec_flags]
             problems.append(Problem(flag, str(value), f"not used by --backend {args.backend}",
                                     "--backend " + " or ".join(users)))
+    if not 0 <= args.verbosity <= MAX_VERBOSITY:
+        problems.append(Problem("--verbosity", str(args.verbosity), "out of range",
+                                f"a log level from 0 to {MAX_VERBOSITY}"))
     if problems:
         raise ConfigError(problems)
     # the same checks as `cluster validate`, before the backend builds or starts anything
@@ -496,7 +505,7 @@ def _up_spec(args, backend: Backend) -> ClusterSpec:
     return ClusterSpec(name=args.name, nodes=3 if args.nodes is None else args.nodes, preset=args.preset,
                        feature_gates=args.feature_gates, runtime_config=args.runtime_config, definition=definition,
                        keep_on_failure=args.keep_on_failure, versions=_versions(args), binaries_dir=args.binaries_dir,
-                       binary_source=args.source, real_nodes=args.real_nodes, node_image=args.node_image,
+                       binary_source=args.source, real_nodes=args.real_nodes, verbosity=args.verbosity, node_image=args.node_image,
                        driver_image=args.driver_image, deploy=not args.no_deploy, kubeconfig=args.kubeconfig)
 
 

@@ -58,7 +58,7 @@ class LocalBackend(Backend):
     name = "local"
     spec_flags = {"--nodes": "nodes", "--real-nodes": "real_nodes", "--preset": "preset",
                   "--feature-gates": "feature_gates", "--runtime-config": "runtime_config",
-                  "--binaries-dir": "binaries_dir", "--source": "binary_source"}
+                  "--binaries-dir": "binaries_dir", "--source": "binary_source", "--verbosity": "verbosity"}
     names_its_nodes = True
 
     def resolve_real_nodes(self, value: str, flag: str = "--real-nodes") -> tuple[int, str]:
