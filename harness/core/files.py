@@ -28,3 +28,16 @@ def tail(path: Path, lines: int = 20) -> str:
             return "\n".join(handle.read().decode(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def lines_naming(path: Path, word: str, lines: int = 40, scan_bytes: int = 16 << 20) -> str:
+    """The last `lines` lines of a (log) file that contain `word` (a test's namespace), read from its
+    last `scan_bytes`; "" when there are none or it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - scan_bytes))
+            found = [line for line in handle.read().decode(errors="replace").splitlines() if word in line]
+    except OSError:
+        return ""
+    return "\n".join(line[:2000] for line in found[-lines:])

@@ -10,7 +10,7 @@ import yaml
 
 from harness import backends
 from harness.backends.local import vendor_plugin
-from harness.core.files import tail
+from harness.core.files import lines_naming, tail
 from harness.k8s import wait
 
 FAKE_DRIVERS = "dra_fake_drivers"  # attribute on the test item: the fake drivers its fixture started
@@ -33,6 +33,7 @@ def _vendor_parts(k8s, vendor, plugins_record: str | None) -> list[str]:
         except Exception as err:
             parts.append(f"--- DeviceClass {name} (spec.deviceClasses.{kind}): cannot be read: {err}")
 
+    parts.append(_holders_and_rules(k8s, vendor.drivers))
     logs = [Path(vendor.plugin_log).expanduser()] if vendor.plugin_log else []
     try:
         # spec.kubeletPlugin: the plugins the run started
@@ -42,6 +43,29 @@ def _vendor_parts(k8s, vendor, plugins_record: str | None) -> list[str]:
     for log in logs:
         parts.append(f"--- last lines of the plugin log {log} ---\n{tail(log, 60)}")
     return parts
+
+
+def _holders_and_rules(k8s, drivers) -> str:
+    """What can keep a vendor device from a test although its slice shows it: the claims of any namespace
+    that hold one, and the cluster's DeviceTaintRules."""
+    lines = [f"--- claims holding devices of {', '.join(drivers)}, and DeviceTaintRules ---"]
+    for claim in k8s.resource.list_resource_claim_for_all_namespaces().items:
+        allocation = claim.status.allocation if claim.status else None
+        held = [f"{r.driver}/{r.pool}/{r.device}" for r in (allocation.devices.results or [] if allocation else [])
+                if r.driver in drivers]
+        if held:
+            users = [r.name for r in claim.status.reserved_for or []]
+            lines.append(f"claim {claim.metadata.namespace}/{claim.metadata.name}: {held}, reserved for {users}, "
+                         f"deleting={claim.metadata.deletion_timestamp is not None}")
+    try:
+        rules = k8s.resource.list_device_taint_rule().items
+    except Exception as err:  # a cluster without the API: say so, keep the rest
+        rules, lines = [], [*lines, f"DeviceTaintRules cannot be listed: {err}"]
+    for rule in rules:
+        chosen, taint = rule.spec.device_selector, rule.spec.taint
+        lines.append(f"DeviceTaintRule {rule.metadata.name}: selector "
+                     f"{chosen.to_dict() if chosen else None}, taint {taint.key}={taint.value}:{taint.effect}")
+    return "\n".join(lines)
 
 
 def collect(item, report_dir: str | None, vendor=None) -> str | None:
@@ -68,6 +92,9 @@ def collect(item, report_dir: str | None, vendor=None) -> str | None:
     if cluster is not None:  # the cluster record says where its backend keeps component logs
         for log, text in backends.get(cluster.backend).collect_logs(cluster, lines=30).items():
             parts.append(f"--- last lines of {log} ---\n{text}")
+            # what the components said about this test's objects (the scheduler on its pods), however long ago
+            if namespace and (about := lines_naming(Path(log), namespace)):
+                parts.append(f"--- lines of {log} naming namespace {namespace} ---\n{about}")
     text = "\n\n".join(parts)
     if not report_dir:
         return text[:4000]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.core import paths
+from harness.core import files, paths
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +44,20 @@ def _cli(args: list[str], env: dict, log: Path, timeout: float) -> subprocess.Co
         handle.flush()
         return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=REPO, env=env, stdout=handle,
                               stderr=subprocess.STDOUT, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _explain(failed: list[dict], reports: Path, logs: Path) -> str:
+    """For the failed tests of a run: their messages, the diagnostics the plugin saved, and what the
+    scheduler logged on their namespaces (the vendor run attaches as `existing`: its diagnostics have
+    no component log)."""
+    parts = [f"{r['id']}: {r['message'][:500]}" for r in failed]
+    for saved in sorted((reports / "diagnostics").glob("*.txt")):
+        text = saved.read_text(errors="replace")
+        parts.append(f"=== {saved.name} ===\n{text[:6000]}")
+        if found := re.search(r"^--- namespace (\S+) ---", text, re.M):
+            parts.append(f"=== kube-scheduler on namespace {found[1]} ===\n"
+                         + files.lines_naming(logs / "kube-scheduler.log", found[1], lines=80))
+    return "\n".join(parts)
 
 
 def _plugin_processes(node_dir: str) -> list[psutil.Process]:
@@ -73,7 +88,10 @@ def real_node_cluster(tmp_path_factory):
     name = f"vex-{uuid.uuid4().hex[:5]}"
     log = tmp_path / "cli.log"
     try:
-        up = _cli(["cluster", "up", "--name", name, "--nodes", "1", "--real-nodes", "1"], env, log, UP_TIMEOUT)
+        # --verbosity 5: the scheduler logs the pools and allocated devices its DRA allocator saw, so a
+        # pod left "cannot allocate all claims" is explained by the log lines on its namespace
+        up = _cli(["cluster", "up", "--name", name, "--nodes", "1", "--real-nodes", "1", "--verbosity", "5"], env, log,
+                  UP_TIMEOUT)
         assert up.returncode == 0, log.read_text()[-4000:]
         yield env, name, tmp_path / "state" / "clusters" / name / "kubeconfig", log
     finally:
@@ -124,7 +142,7 @@ def test_example_driver_in_vendor_mode(real_node_cluster, tmp_path):
 
     failed = [r for r in results if r["outcome"] in ("failed", "xpassed")]
     assert run.returncode == 0 and not failed, (
-        "harness errors or unexpected failures:\n" + "\n".join(f"{r['id']}: {r['message'][:500]}" for r in failed)
+        "harness errors or unexpected failures:\n" + _explain(failed, tmp_path / "reports", kubeconfig.parent / "logs")
         + "\n" + text[-3000:])
     assert summary["failed"] == 0 and not summary["interrupted"]
     incomplete = [r["id"] for r in results if r["properties"].get("dra_allocations_incomplete")]
@@ -185,7 +203,7 @@ def test_example_driver_in_its_other_modes(real_node_cluster, tmp_path, mode):
         k8s.close()
     failed = [r for r in results if r["outcome"] in ("failed", "xpassed")]
     assert run.returncode == 0 and not failed, (
-        "harness errors or unexpected failures:\n" + "\n".join(f"{r['id']}: {r['message'][:500]}" for r in failed)
+        "harness errors or unexpected failures:\n" + _explain(failed, tmp_path / "reports", kubeconfig.parent / "logs")
         + "\n" + text[-3000:])
     tests = {r["id"].rsplit("::", 1)[1]: r for r in results if module in r["id"]}
     print(f"{mode} run: {wall:.0f}s wall; " + ", ".join(f"{k}: {v['outcome']}" for k, v in tests.items()))
