@@ -57,7 +57,7 @@ def _owner_alive(name: str) -> bool:
 
 def remove_stale() -> list[Path]:
     """Remove the directories of processes that are gone; return them."""
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = list(root().iterdir())
     except OSError:
