@@ -20,7 +20,8 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from harness.k8s import keyfiles, wait
+from fake_devices import keyfiles
+from harness.k8s import wait
 from harness.k8s.client import Clients
 
 pytestmark = pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")

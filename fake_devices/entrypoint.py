@@ -8,12 +8,14 @@ import threading
 
 import kubernetes
 
+from fake_devices import keyfiles
+
 
 def api_client(kubeconfig: str | None, pool_size: int | None = None) -> kubernetes.client.ApiClient:
     """From `--kubeconfig` when given, else the pod's in-cluster configuration (a DaemonSet or
     Deployment). Raises kubernetes.config.ConfigException when neither is usable."""
     if kubeconfig:
-        client = kubernetes.config.new_client_from_config(config_file=kubeconfig)
+        client = kubernetes.client.ApiClient(keyfiles.load_configuration(kubeconfig))
     else:
         kubernetes.config.load_incluster_config()
         client = kubernetes.client.ApiClient()

@@ -29,9 +29,9 @@ from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
+from fake_devices import keyfiles
 from fake_devices.controller import ignore_missing
 from harness.core import conditions
-from harness.k8s import keyfiles
 from harness.k8s.client import https_get, tls_context
 from load import cluster_ops as ops
 from load import metrics, scenarios, throughput

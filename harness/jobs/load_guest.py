@@ -24,11 +24,12 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from fake_devices import config as driver_config
+from fake_devices import keyfiles
 from fake_devices.config import PROFILE_LABEL
 from fake_devices.controller import INSTANCE_LABEL, FakeDriver, PublishError, ignore_missing
 from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
-from harness.k8s import keyfiles, wait
+from harness.k8s import wait
 from load.scenarios import LOAD_LABEL, Placement
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # KWOK's own selector: a cluster running KWOK keeps these Ready

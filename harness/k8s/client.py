@@ -17,8 +17,8 @@ import urllib3
 import yaml
 from kubernetes.client.rest import ApiException
 
+from fake_devices import keyfiles
 from harness.core.errors import ConfigError, Problem
-from harness.k8s import keyfiles
 
 # A kubeconfig is a few KiB; anything much bigger is not one (a log, /dev/zero), and is not read whole.
 MAX_KUBECONFIG_BYTES = 4 << 20

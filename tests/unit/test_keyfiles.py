@@ -1,6 +1,6 @@
-"""A kubeconfig's embedded keys, copied to files by the Kubernetes client, stay in the harness's own
-per-process directory: never loose in TMPDIR, removed at exit, and a killed process's removed by the
-next process that loads a kubeconfig."""
+"""A kubeconfig's embedded keys, copied to files by the Kubernetes client, stay in a directory of the
+process's own: never loose in TMPDIR, removed at exit, and a killed process's removed by the next
+process that loads a kubeconfig."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-import psutil
 import pytest
 
-from harness.core import paths
-from harness.k8s import keyfiles
+from fake_devices import keyfiles
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "-----BEGIN PRIVATE KEY-----\nnot really a key\n-----END PRIVATE KEY-----\n"
@@ -31,9 +30,8 @@ def _kubeconfig(path: Path) -> Path:
 
 
 def _load_in_child(tmp_path: Path, then: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, paths.STATE_ENV: str(tmp_path / "state"), "TMPDIR": str(tmp_path / "tmp"),
-           "PYTHONPATH": str(REPO)}
-    code = ("import os, signal, sys\nfrom harness.k8s import keyfiles\n"
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(REPO)}
+    code = ("import os, signal, sys\nfrom fake_devices import keyfiles\n"
             f"config = keyfiles.load_configuration({str(tmp_path / 'kc')!r})\n"
             "print(config.key_file)\nsys.stdout.flush()\n" + then)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
@@ -41,9 +39,9 @@ def _load_in_child(tmp_path: Path, then: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv(paths.STATE_ENV, str(tmp_path / "state"))
-    monkeypatch.setattr(keyfiles, "_mine", None)
     (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(keyfiles, "_mine", None)
     _kubeconfig(tmp_path / "kc")
     return tmp_path
 
@@ -52,8 +50,8 @@ def test_keys_go_to_the_process_directory_and_leave_with_it(fresh):
     done = _load_in_child(fresh, "")
     assert done.returncode == 0, done.stderr
     key_file = Path(done.stdout.strip())
-    assert key_file.parent.parent == fresh / "state" / keyfiles.DIRECTORY, key_file
-    assert not list((fresh / "tmp").iterdir()), "a key file was written to TMPDIR"
+    assert key_file.parent.parent == fresh / "tmp" / f"{keyfiles.PREFIX}{os.getuid()}", key_file
+    assert [p.name for p in (fresh / "tmp").iterdir()] == [key_file.parent.parent.name], "a key file loose in TMPDIR"
     assert not key_file.parent.exists(), "the process's key directory outlived it"
 
 
@@ -67,19 +65,31 @@ def test_a_killed_process_leaves_its_keys_until_the_next_process_removes_them(fr
     assert not left.parent.exists(), "a dead process's key directory was not removed"
     mine = Path(config.key_file).parent
     assert mine == keyfiles.directory() and mine.stat().st_mode & 0o777 == 0o700
-    assert [p.name for p in (fresh / "state" / keyfiles.DIRECTORY).iterdir()] == [mine.name]
+    assert [p.name for p in keyfiles.root().iterdir()] == [mine.name]
 
 
 def test_a_live_process_keeps_its_directory(fresh):
     live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
-        theirs = fresh / "state" / keyfiles.DIRECTORY / f"{live.pid}-{psutil.Process(live.pid).create_time():.2f}"
+        theirs = keyfiles.root() / f"{live.pid}-{keyfiles.started(live.pid)}"
         theirs.mkdir(parents=True)
-        reused_pid = fresh / "state" / keyfiles.DIRECTORY / f"{live.pid}-12.00"  # same pid, another process
+        reused_pid = keyfiles.root() / f"{live.pid}-12"  # same pid, another process
         reused_pid.mkdir()
-        garbage = fresh / "state" / keyfiles.DIRECTORY / "not-a-process"
+        garbage = keyfiles.root() / "not-a-process"
         garbage.mkdir()
         assert sorted(keyfiles.remove_stale()) == sorted([reused_pid, garbage])
         assert theirs.is_dir()
     finally:
         live.communicate(b"")
+
+
+def test_the_fake_drivers_processes_use_it_too(fresh):
+    """fake_devices.entrypoint (driver, kubelet plugin, health monitor), killed: nothing loose in TMPDIR."""
+    env = {**os.environ, "TMPDIR": str(fresh / "tmp"), "PYTHONPATH": str(REPO)}
+    code = ("import os, signal\nfrom fake_devices import entrypoint\n"
+            f"print(entrypoint.api_client({str(fresh / 'kc')!r}).configuration.key_file, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    killed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert Path(killed.stdout.strip()).parent.parent == keyfiles.root()
+    assert [p.name for p in (fresh / "tmp").iterdir()] == [keyfiles.root().name]

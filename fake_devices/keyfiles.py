@@ -2,10 +2,10 @@
 
 The client library cannot hand certificate *data* to urllib3: it writes `client-key-data` and friends
 to files first, by default loose in /tmp, and deletes them only in an atexit handler. A process that
-is killed (SIGKILL, an xdist worker that leaves with os._exit) leaves a private key behind in /tmp.
-So every harness process gives the library a directory of its own under the state root; the
-directory is removed at exit, and the first harness process that needs one removes those whose
-process is gone.
+is killed (SIGKILL: a crash test, a plugin killed on purpose) leaves a private key behind in /tmp.
+So every process of the project (harness, fake driver, kubelet plugin, health monitor, locust) gives
+the library a directory of its own, `$TMPDIR/dra-harness-keys-<uid>/<pid>-<start tick>` (0700); it is
+removed at exit, and the next process that needs one removes those whose process is gone.
 """
 
 from __future__ import annotations
@@ -13,19 +13,17 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import kubernetes
-import psutil
 
-from harness.core import paths
-
-DIRECTORY = "client-keys"  # under the state root: one subdirectory per process, named <pid>-<start time>
+PREFIX = "dra-harness-keys-"  # + uid, in TMPDIR: one subdirectory per process, named <pid>-<start tick>
 _mine: tuple[int, Path] | None = None  # (pid, directory): a forked child makes its own
 
 
 def root() -> Path:
-    return paths.state_root() / DIRECTORY
+    return Path(tempfile.gettempdir()) / f"{PREFIX}{os.getuid()}"
 
 
 def directory() -> Path:
@@ -33,11 +31,15 @@ def directory() -> Path:
     global _mine
     if _mine is None or _mine[0] != os.getpid() or not _mine[1].is_dir():
         remove_stale()
-        me = psutil.Process()
-        mine = root() / f"{me.pid}-{me.create_time():.2f}"
-        mine.mkdir(parents=True, mode=0o700, exist_ok=True)
-        _mine = (me.pid, mine)
-        atexit.register(_remove_own, me.pid, mine)
+        pid = os.getpid()
+        base = root()
+        base.mkdir(mode=0o700, exist_ok=True)
+        if base.is_symlink() or base.stat().st_uid != os.getuid():  # not ours (made first by another user)
+            base = Path(tempfile.mkdtemp(prefix=PREFIX))
+        mine = base / f"{pid}-{started(pid)}"
+        mine.mkdir(mode=0o700, exist_ok=True)
+        _mine = (pid, mine)
+        atexit.register(_remove_own, pid, mine)
     return _mine[1]
 
 
@@ -46,19 +48,31 @@ def _remove_own(pid: int, mine: Path) -> None:
         shutil.rmtree(mine, ignore_errors=True)
 
 
-def _owner_alive(name: str) -> bool:
-    pid, _, started = name.partition("-")
+def started(pid: int) -> str | None:
+    """When process `pid` started, in clock ticks since boot (field 22 of /proc/<pid>/stat: tells it
+    from a later process with the same pid); None when it is gone or a zombie. (/proc, not psutil: the
+    fake driver's image has no psutil.)"""
     try:
-        proc = psutil.Process(int(pid))
-        return abs(proc.create_time() - float(started)) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
-    except (ValueError, psutil.Error):
-        return False
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _owner_alive(name: str) -> bool:
+    pid, _, ticks = name.partition("-")
+    return pid.isdigit() and started(int(pid)) == ticks
 
 
 def remove_stale() -> list[Path]:
     """Remove the directories of processes that are gone; return them."""
     removed: list[Path] = []
+    if started(os.getpid()) is None:  # no /proc here: no process can be told apart, so none is judged
+        return removed
     try:
+        if root().is_symlink() or root().stat().st_uid != os.getuid():
+            return removed  # not ours to sweep
         candidates = list(root().iterdir())
     except OSError:
         return removed
