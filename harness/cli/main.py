@@ -505,8 +505,9 @@ def _up_spec(args, backend: Backend) -> ClusterSpec:
     return ClusterSpec(name=args.name, nodes=3 if args.nodes is None else args.nodes, preset=args.preset,
                        feature_gates=args.feature_gates, runtime_config=args.runtime_config, definition=definition,
                        keep_on_failure=args.keep_on_failure, versions=_versions(args), binaries_dir=args.binaries_dir,
-                       binary_source=args.source, real_nodes=args.real_nodes, verbosity=args.verbosity, node_image=args.node_image,
-                       driver_image=args.driver_image, deploy=not args.no_deploy, kubeconfig=args.kubeconfig)
+                       binary_source=args.source, real_nodes=args.real_nodes, verbosity=args.verbosity,
+                       node_image=args.node_image, driver_image=args.driver_image, deploy=not args.no_deploy,
+                       kubeconfig=args.kubeconfig)
 
 
 def _print_status(status, out) -> None:
