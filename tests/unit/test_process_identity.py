@@ -163,12 +163,3 @@ def test_terminate_waits_for_every_thread_and_frees_the_port(half_exited):
     proc, port = half_exited
     assert process.terminate([proc], grace_seconds=0.5) == []
     assert ports.listening([port]) == []
-
-
-def test_our_python_processes_keep_temporary_files_in_the_cluster_directory(tmp_path):
-    """The fake driver's halves: their API client's key files die with the cluster directory."""
-    started = process.start("fake-driver", [sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
-                            tmp_path)
-    assert started.popen.wait(timeout=30) == 0
-    assert started.log.read_text().strip() == str(tmp_path / "tmp")
-    assert (tmp_path / "tmp").stat().st_mode & 0o777 == 0o700

@@ -16,7 +16,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,15 +47,9 @@ def start(name: str, argv: list[str], cluster_dir: Path, env: dict[str, str] | N
     logs.mkdir(parents=True, exist_ok=True)
     pids.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{name}.log"
-    env = {**os.environ, **(env or {})}
-    if argv[0] == sys.executable:
-        # Our own Python processes (the fake driver's halves) write their API client's copies of the
-        # kubeconfig's keys under TMPDIR: in the cluster directory they go with it, even if killed.
-        env["TMPDIR"] = str(cluster_dir / "tmp")
-        (cluster_dir / "tmp").mkdir(mode=0o700, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=cluster_dir, env=env, start_new_session=True)
+                                cwd=cluster_dir, env={**os.environ, **(env or {})}, start_new_session=True)
     try:
         created = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:
