@@ -179,8 +179,8 @@ def test_port_taken_by_another_program_names_the_component(local_cluster, dra_ru
     taken = squatter.getsockname()[1]
     real_allocate = ports.allocate
 
-    def allocate_with_a_taken_apiserver_port(names, reserved=frozenset(), rng=None):
-        chosen = real_allocate(names, reserved, rng)
+    def allocate_with_a_taken_apiserver_port(names, reserved=frozenset(), rng=None, holder=None):
+        chosen = real_allocate(names, reserved, rng, holder)
         chosen["kube-apiserver"] = taken
         return chosen
 

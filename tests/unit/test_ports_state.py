@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import socket
+import subprocess
+import sys
 
+import psutil
 import pytest
 import yaml
 
@@ -91,6 +96,103 @@ def test_allocate_gives_up_when_everything_is_reserved():
         ports.allocate(["a"], reserved={20000}, rng=rng)
 
 
+def _listen_on(address: str) -> socket.socket:
+    """A socket listening on `address` at a port of the allocation range that is free everywhere."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    for port in random.Random(address).sample(range(ports.LOW, ports.HIGH), 100):
+        if ports.is_free(port):
+            try:
+                sock.bind((address, port))
+            except OSError:
+                continue
+            sock.listen(1)
+            return sock
+    pytest.fail(f"could not bind any port on {address} for the test")
+
+
+def test_a_port_held_on_another_address_is_not_free():
+    """Regression (CI, stop 23): another cluster's real-node kubelet listened on its bridge address;
+    binding loopback still worked, so kwok got the same port number and `down` then failed on it."""
+    with _listen_on("127.0.0.2") as elsewhere:
+        port = elsewhere.getsockname()[1]
+        assert not ports.is_free(port)
+        assert ports.is_free(port, host="127.0.0.1")  # what the old loopback-only check saw
+        rng = ScriptedRandom([port])
+        assert ports.allocate(["kwok"], rng=rng)["kwok"] != port
+        assert rng.calls >= 2
+
+
+def test_wait_closed_counts_only_listeners_on_the_components_address():
+    with _listen_on("127.0.0.2") as elsewhere:
+        port = elsewhere.getsockname()[1]
+        assert ports.wait_closed({"kwok": port}, timeout=0.2) == []
+        assert ports.listening([port]) == [port]  # seen when every address is asked
+    with _listen_on("127.0.0.1") as ours:
+        port = ours.getsockname()[1]
+        (line,) = ports.wait_closed({"kwok": port}, timeout=0.2)
+        assert line.startswith(f"port {port} (kwok) still listening after 0s, held by pid {os.getpid()}")
+
+
+# --- reservations across clusters -------------------------------------------------------------
+
+
+@pytest.fixture
+def reservations(tmp_path, monkeypatch):
+    root = tmp_path / "reservations"
+    monkeypatch.setattr(ports, "reservations_dir", lambda: root)
+    monkeypatch.setattr(ports, "is_free", lambda port, host="0.0.0.0": True)
+    return root
+
+
+def _dead_identity() -> dict:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    identity = {"pid": child.pid, "createTime": psutil.Process(child.pid).create_time()}
+    child.wait()
+    return identity
+
+
+def test_a_port_reserved_for_another_cluster_is_skipped(reservations, tmp_path):
+    first, second = tmp_path / "clusters" / "a", tmp_path / "clusters" / "b"
+    assert ports.allocate(["kwok"], rng=ScriptedRandom([20500]), holder=first) == {"kwok": 20500}
+    # `a` has no directory yet (its `up` is between choosing ports and writing its state), but the
+    # process that reserved the port lives: the port stays `a`'s.
+    rng = ScriptedRandom([20500, 20501])
+    assert ports.allocate(["kwok"], rng=rng, holder=second) == {"kwok": 20501}
+    assert rng.calls == 2
+    assert json.loads((reservations / "20500").read_text())["cluster"] == str(first)
+
+
+def test_a_stale_reservation_is_taken_and_a_live_cluster_keeps_its_own(reservations, tmp_path):
+    reservations.mkdir()
+    gone, alive = tmp_path / "gone", tmp_path / "alive"
+    alive.mkdir()
+    (reservations / "20600").write_text(json.dumps({"cluster": str(gone), "madeBy": _dead_identity()}))
+    (reservations / "20601").write_text(json.dumps({"cluster": str(alive), "madeBy": _dead_identity()}))
+    (reservations / "20602").write_text('{"cluster": ')  # half-written by a killed process
+    rng = ScriptedRandom([20601, 20600, 20602])
+    assert ports.allocate(["x", "y"], rng=rng, holder=tmp_path / "new") == {"x": 20600, "y": 20602}
+
+
+def test_release_drops_a_clusters_reservations_and_stale_ones(reservations, tmp_path):
+    one, other = tmp_path / "one", tmp_path / "other"
+    one.mkdir()
+    other.mkdir()
+    ports.allocate(["a", "b"], rng=ScriptedRandom([20700, 20701]), holder=one)
+    ports.allocate(["c"], rng=ScriptedRandom([20702]), holder=other)
+    (reservations / "20703").write_text(json.dumps({"cluster": str(tmp_path / "gone"), "madeBy": _dead_identity()}))
+    (reservations / "20704.tmp").write_text("{")
+    ports.release(one)
+    assert sorted(p.name for p in reservations.iterdir()) == [".lock", "20702"]
+
+
+def test_state_remove_releases_the_clusters_ports(reservations, state_dir):
+    cluster = state.create("c1", {"ports": {"etcd": 20800}})
+    ports.allocate(["etcd"], rng=ScriptedRandom([20800]), holder=cluster.directory)
+    assert (reservations / "20800").exists()
+    state.remove(cluster)
+    assert not (reservations / "20800").exists()
+
+
 def test_listening(listener):
     free = ports.allocate(["x"], reserved={listener})["x"]
     assert ports.listening([listener]) == [listener]
@@ -172,6 +274,13 @@ def test_load_incomplete_cluster(state_dir):
     assert loaded.ports == {}
     assert state.all_names() == ["half"]
     assert state.reserved_ports() == set()
+
+
+def test_reserved_ports_include_real_node_kubelets(state_dir):
+    node = {"name": "real-node-0", "id": "0123abcd", "directory": "/x", "bridge": "drh0123abcd",
+            "subnet": "10.250.1.0/24", "address": "10.250.1.1", "kubelet_port": 20020, "healthz_port": 20021}
+    state.create("r1", {"ports": {"etcd": 20010}, "realNodes": [node]})
+    assert state.reserved_ports() == {20010, 20020, 20021}
 
 
 def test_reserved_ports_survives_broken_state(state_dir):

@@ -704,10 +704,16 @@ def test_plugin_cdi_dir_is_the_one_containerd_reads(tmp_path):
 
 def test_plan_record_ties_the_pieces_together(tmp_path, monkeypatch):
     monkeypatch.setenv(layout.NODE_ROOT_ENV, str(tmp_path / "nodes"))
-    monkeypatch.setattr(node.ports, "allocate", lambda names, reserved=frozenset(): {names[0]: 20101,
-                                                                                      names[1]: 20102})
+    holders = []
+
+    def allocate(names, reserved=frozenset(), holder=None):
+        holders.append(holder)
+        return {names[0]: 20101, names[1]: 20102}
+
+    monkeypatch.setattr(node.ports, "allocate", allocate)
     cluster = SimpleNamespace(directory=tmp_path / "clusters" / "c")
     record = node.plan_record(cluster, node.RealNodeSpec("real-node-0"), [], set())
+    assert holders == [cluster.directory]  # reserved machine-wide for this cluster
     ident = layout.node_id(tmp_path / "clusters" / "c", "real-node-0")
     subnet = network.choose_subnet(ident, [])
     assert record == RealNodeRecord(name="real-node-0", id=ident, directory=str(tmp_path / "nodes" / ident),

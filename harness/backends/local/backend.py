@@ -107,7 +107,8 @@ class LocalBackend(Backend):
         runtime = noderuntime.ensure(self.reporter) if real_specs else None
 
         started = time.monotonic()
-        allocated = ports.allocate(components.PORT_NAMES, reserved=state.reserved_ports(except_name=name))
+        allocated = ports.allocate(components.PORT_NAMES, reserved=state.reserved_ports(except_name=name),
+                                   holder=state.cluster_dir(name))
         node_specs = nodes.from_definition(definition) if definition else nodes.default_nodes(options.nodes)
         try:
             cluster = state.create(name, {"backend": self.name, "phase": "starting", "ports": allocated,

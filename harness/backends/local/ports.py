@@ -1,22 +1,46 @@
 """Free loopback ports for a cluster's components.
 
 Ports come from 20000-31999, below Linux's ephemeral range (32768+), so an outgoing connection's
-source port cannot grab one between our check and the component's bind. Ports that another
-cluster's state records are skipped even if momentarily free.
+source port cannot grab one between our check and the component's bind. A port is free only if no
+address of this machine has a listener on it: another cluster's real-node kubelet listens on its
+bridge address, not on loopback, and a component of ours must not take its port number.
+
+A chosen port is also reserved, machine-wide, for the cluster that chose it (`reservations_dir`, one
+file per port naming the cluster's directory): clusters of different state directories (parallel
+test workers) share one port space, and a component is bound seconds after its port is chosen, or
+is down for a moment when a test restarts it. A reservation holds while its cluster's directory
+exists or the process that made it lives; one of a removed cluster or a killed `up` is stale and
+swept by the next allocation.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import random
 import socket
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
+
+from harness.backends.local import process
+from harness.core.files import write_atomic
+from harness.core.locking import file_lock
 
 LOW, HIGH = 20000, 32000
 
 
-def is_free(port: int, host: str = "127.0.0.1") -> bool:
+# The address every control-plane component binds; a listener on the wildcard address takes it too.
+LOOPBACK = frozenset({"127.0.0.1", "0.0.0.0", "::"})
+
+
+def is_free(port: int, host: str = "0.0.0.0") -> bool:
+    """Whether `port` can be bound on `host`; on the wildcard address (the default) that fails while a
+    listener holds the port on any IPv4 address, loopback or a bridge's."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -26,37 +50,89 @@ def is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def reservations_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"dra-harness-ports-{os.getuid()}"
+
+
+@contextlib.contextmanager
+def _reservations() -> Iterator[Path]:
+    """The reservations directory, locked: checking a port and reserving it is one step."""
+    root = reservations_dir()
+    root.mkdir(mode=0o700, exist_ok=True)
+    with file_lock(root / ".lock"):
+        yield root
+
+
+def _holds(entry: Path) -> bool:
+    try:
+        data = json.loads(entry.read_text())
+        cluster, made_by = Path(data["cluster"]), data["madeBy"]
+    except (OSError, ValueError, KeyError, TypeError):  # half-written by a killed process
+        return False
+    return cluster.is_dir() or process.alive(process.Running("port reservation", **process.identity_fields(made_by)))
+
+
 def allocate(names: list[str], reserved: set[int] | frozenset[int] = frozenset(),
-             rng: random.Random | None = None) -> dict[str, int]:
+             rng: random.Random | None = None, holder: Path | None = None) -> dict[str, int]:
+    """Free ports for `names`, none of `reserved`; with a `holder` (the cluster's directory) they are
+    reserved for it, and ports reserved for another cluster are skipped."""
     rng = rng or random.SystemRandom()
     chosen: dict[str, int] = {}
     taken = set(reserved)
-    for name in names:
-        for _ in range(1000):
-            port = rng.randrange(LOW, HIGH)
-            if port not in taken and is_free(port):
+    with (_reservations() if holder else contextlib.nullcontext()) as root:
+        for name in names:
+            for _ in range(1000):
+                port = rng.randrange(LOW, HIGH)
+                entry = root / str(port) if root else None
+                if port in taken or (entry and entry.exists() and _holds(entry)) or not is_free(port):
+                    continue
                 chosen[name] = port
                 taken.add(port)
+                if entry:
+                    write_atomic(entry, json.dumps({"cluster": str(holder), "madeBy": process.identity()}))
                 break
-        else:
-            raise RuntimeError(f"no free loopback port found for {name} in {LOW}-{HIGH}")
+            else:
+                raise RuntimeError(f"no free loopback port found for {name} in {LOW}-{HIGH}")
     return chosen
 
 
-def listening(ports: list[int]) -> list[int]:
-    """Which of `ports` a TCP socket on this machine is listening on (sockets in LISTEN state, read
-    from the kernel's tables: a connect probe would leave connections behind and, when it races with
-    a closing listener, answers for a socket that is already going)."""
-    wanted = set(ports)
-    return sorted({conn.laddr.port for conn in psutil.net_connections("tcp")
-                   if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port in wanted})
+def release(holder: Path) -> None:
+    """Drop the reservations of the cluster at `holder` (its `down`), and any stale one met on the way."""
+    if not reservations_dir().is_dir():
+        return
+    with _reservations() as root:
+        for entry in root.iterdir():
+            if entry.name.endswith(".tmp"):  # a write that a killed process left half done
+                entry.unlink(missing_ok=True)
+            if not entry.name.isdigit():
+                continue
+            try:
+                mine = json.loads(entry.read_text()).get("cluster") == str(holder)
+            except (OSError, ValueError, AttributeError):
+                mine = False
+            if mine or not _holds(entry):
+                entry.unlink(missing_ok=True)
 
 
-def holders(port: int) -> list[str]:
+def _listeners(ports: set[int], addresses: frozenset[str] | None) -> list:
+    return [conn for conn in psutil.net_connections("tcp")
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port in ports
+            and (addresses is None or conn.laddr.ip in addresses)]
+
+
+def listening(ports: list[int], addresses: frozenset[str] | None = None) -> list[int]:
+    """Which of `ports` a TCP socket on this machine is listening on, on any of `addresses` (all if
+    None). Sockets in LISTEN state, read from the kernel's tables: a connect probe would leave
+    connections behind and, when it races with a closing listener, answers for a socket that is
+    already going."""
+    return sorted({conn.laddr.port for conn in _listeners(set(ports), addresses)})
+
+
+def holders(port: int, addresses: frozenset[str] | None = None) -> list[str]:
     """`pid N (name)` of every process with a listening socket on `port` (empty if unknown)."""
     found = set()
-    for conn in psutil.net_connections("tcp"):
-        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+    for conn in _listeners({port}, addresses):
+        if conn.pid:
             try:
                 found.add(f"pid {conn.pid} ({psutil.Process(conn.pid).name()})")
             except psutil.Error:
@@ -64,15 +140,20 @@ def holders(port: int) -> list[str]:
     return sorted(found)
 
 
-def wait_closed(ports: dict[str, int], timeout: float) -> list[str]:
-    """Wait until none of the named `ports` is listening; returns one line per port still listening
-    at the deadline, with its owner and whoever holds it."""
+def wait_closed(ports: dict[str, int], timeout: float, addresses: frozenset[str] = LOOPBACK) -> list[str]:
+    """Wait until none of the named `ports` is listening on `addresses` (those the components bound,
+    where a listener left would stop the port's reuse); returns one line per port still listening at
+    the deadline, with its owner and whoever holds it."""
     deadline = time.monotonic() + timeout
     while True:
-        busy = listening(list(ports.values()))
+        busy = listening(list(ports.values()), addresses)
         if not busy or time.monotonic() >= deadline:
             break
         time.sleep(0.1)
     owners = {port: name for name, port in ports.items()}
-    return [f"port {port} ({owners[port]}) still listening after {timeout:.0f}s"
-            + (f", held by {', '.join(holders(port))}" if holders(port) else "") for port in busy]
+    lines = []
+    for port in busy:
+        held_by = holders(port, addresses)
+        lines.append(f"port {port} ({owners[port]}) still listening after {timeout:.0f}s"
+                     + (f", held by {', '.join(held_by)}" if held_by else ""))
+    return lines

@@ -14,9 +14,11 @@ from pathlib import Path
 import yaml
 
 from harness.backends.common import validate_name  # noqa: F401  (state.validate_name for local callers)
+from harness.backends.local import ports
 from harness.core import paths
 from harness.core.errors import ClusterNotFound
 from harness.core.files import write_atomic
+from harness.core.nodelayout import records
 
 STATE_FILE = "state.yaml"
 
@@ -41,6 +43,12 @@ class ClusterState:
     @property
     def ports(self) -> dict[str, int]:
         return dict(self.data.get("ports", {}))
+
+    @property
+    def all_ports(self) -> set[int]:
+        """The components' ports and the real nodes' kubelet ports."""
+        return set(self.ports.values()) | {port for node in records(self.data)
+                                           for port in (node.kubelet_port, node.healthz_port)}
 
     def save(self) -> None:
         write_atomic(self.directory / STATE_FILE, yaml.safe_dump(self.data, sort_keys=False))
@@ -87,15 +95,16 @@ def find_by_kubeconfig(kubeconfig: Path | str) -> ClusterState | None:
 
 
 def reserved_ports(except_name: str | None = None) -> set[int]:
-    ports: set[int] = set()
+    found: set[int] = set()
     for name in all_names():
         if name != except_name:
             try:
-                ports.update(load(name).ports.values())
+                found.update(load(name).all_ports)
             except Exception:  # a half-written state must not stop another cluster from starting
                 continue
-    return ports
+    return found
 
 
 def remove(state: ClusterState) -> None:
     shutil.rmtree(state.directory, ignore_errors=True)
+    ports.release(state.directory)

@@ -41,7 +41,8 @@ def default_specs(count: int) -> list[RealNodeSpec]:
 def plan_record(cluster: state.ClusterState, spec: RealNodeSpec, used_networks, taken_ports: set[int]) -> RealNodeRecord:
     ident = node_id(cluster.directory, spec.name)
     subnet = network.choose_subnet(ident, used_networks)
-    allocated = ports.allocate([f"kubelet-{spec.name}", f"kubelet-healthz-{spec.name}"], reserved=taken_ports)
+    allocated = ports.allocate([f"kubelet-{spec.name}", f"kubelet-healthz-{spec.name}"], reserved=taken_ports,
+                               holder=cluster.directory)
     return RealNodeRecord(name=spec.name, id=ident, directory=str(node_root() / ident),
                           bridge=network.bridge_name(ident), subnet=str(subnet), address=network.gateway(subnet),
                           kubelet_port=allocated[f"kubelet-{spec.name}"],
