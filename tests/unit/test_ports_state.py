@@ -193,6 +193,15 @@ def test_state_remove_releases_the_clusters_ports(reservations, state_dir):
     assert not (reservations / "20800").exists()
 
 
+def test_a_reservations_directory_of_another_user_is_not_used(reservations, tmp_path, monkeypatch):
+    reservations.mkdir()
+    someone_else = os.getuid() + 1
+    monkeypatch.setattr(ports.os, "getuid", lambda: someone_else)  # as if the directory were not ours
+    assert ports.allocate(["a"], rng=ScriptedRandom([20900]), holder=tmp_path / "c") == {"a": 20900}
+    ports.release(tmp_path / "c")
+    assert list(reservations.iterdir()) == []  # nothing written into it, no lock file made
+
+
 def test_listening(listener):
     free = ports.allocate(["x"], reserved={listener})["x"]
     assert ports.listening([listener]) == [listener]

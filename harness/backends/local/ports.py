@@ -55,10 +55,14 @@ def reservations_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _reservations() -> Iterator[Path]:
-    """The reservations directory, locked: checking a port and reserving it is one step."""
+def _reservations() -> Iterator[Path | None]:
+    """The reservations directory, locked: checking a port and reserving it is one step. None if
+    another user made a directory of that name (theirs is not trusted: the listener check remains)."""
     root = reservations_dir()
     root.mkdir(mode=0o700, exist_ok=True)
+    if root.stat().st_uid != os.getuid():
+        yield None
+        return
     with file_lock(root / ".lock"):
         yield root
 
@@ -101,7 +105,7 @@ def release(holder: Path) -> None:
     if not reservations_dir().is_dir():
         return
     with _reservations() as root:
-        for entry in root.iterdir():
+        for entry in root.iterdir() if root else ():
             if entry.name.endswith(".tmp"):  # a write that a killed process left half done
                 entry.unlink(missing_ok=True)
             if not entry.name.isdigit():
