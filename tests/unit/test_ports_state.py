@@ -1,4 +1,5 @@
-"""Loopback port allocation (ports.py) and cluster state directories (state.py) of the local backend."""
+"""Loopback port allocation (ports.py), machine-wide reservations (reservations.py) and cluster state
+directories (state.py) of the local backend."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from harness.backends.local import ports, state
+from harness.backends.local import ports, reservations, state
 from harness.core import paths
 from harness.core.errors import ClusterNotFound, ConfigError
 
@@ -137,9 +138,10 @@ def test_wait_closed_counts_only_listeners_on_the_components_address():
 
 
 @pytest.fixture
-def reservations(tmp_path, monkeypatch):
+def book(tmp_path, monkeypatch):
+    """The reservations directory (reservations.py) in tmp_path; every port free on the machine."""
     root = tmp_path / "reservations"
-    monkeypatch.setattr(ports, "reservations_dir", lambda: root)
+    monkeypatch.setattr(reservations, "directory", lambda: root)
     monkeypatch.setattr(ports, "is_free", lambda port, host="0.0.0.0": True)
     return root
 
@@ -151,7 +153,7 @@ def _dead_identity() -> dict:
     return identity
 
 
-def test_a_port_reserved_for_another_cluster_is_skipped(reservations, tmp_path):
+def test_a_port_reserved_for_another_cluster_is_skipped(book, tmp_path):
     first, second = tmp_path / "clusters" / "a", tmp_path / "clusters" / "b"
     assert ports.allocate(["kwok"], rng=ScriptedRandom([20500]), holder=first) == {"kwok": 20500}
     # `a` has no directory yet (its `up` is between choosing ports and writing its state), but the
@@ -159,47 +161,47 @@ def test_a_port_reserved_for_another_cluster_is_skipped(reservations, tmp_path):
     rng = ScriptedRandom([20500, 20501])
     assert ports.allocate(["kwok"], rng=rng, holder=second) == {"kwok": 20501}
     assert rng.calls == 2
-    assert json.loads((reservations / "20500").read_text())["cluster"] == str(first)
+    assert json.loads((book / "port-20500").read_text())["cluster"] == str(first)
 
 
-def test_a_stale_reservation_is_taken_and_a_live_cluster_keeps_its_own(reservations, tmp_path):
-    reservations.mkdir()
+def test_a_stale_reservation_is_taken_and_a_live_cluster_keeps_its_own(book, tmp_path):
+    book.mkdir()
     gone, alive = tmp_path / "gone", tmp_path / "alive"
     alive.mkdir()
-    (reservations / "20600").write_text(json.dumps({"cluster": str(gone), "madeBy": _dead_identity()}))
-    (reservations / "20601").write_text(json.dumps({"cluster": str(alive), "madeBy": _dead_identity()}))
-    (reservations / "20602").write_text('{"cluster": ')  # half-written by a killed process
+    (book / "port-20600").write_text(json.dumps({"cluster": str(gone), "madeBy": _dead_identity()}))
+    (book / "port-20601").write_text(json.dumps({"cluster": str(alive), "madeBy": _dead_identity()}))
+    (book / "port-20602").write_text('{"cluster": ')  # half-written by a killed process
     rng = ScriptedRandom([20601, 20600, 20602])
     assert ports.allocate(["x", "y"], rng=rng, holder=tmp_path / "new") == {"x": 20600, "y": 20602}
 
 
-def test_release_drops_a_clusters_reservations_and_stale_ones(reservations, tmp_path):
+def test_release_drops_a_clusters_reservations_and_stale_ones(book, tmp_path):
     one, other = tmp_path / "one", tmp_path / "other"
     one.mkdir()
     other.mkdir()
     ports.allocate(["a", "b"], rng=ScriptedRandom([20700, 20701]), holder=one)
     ports.allocate(["c"], rng=ScriptedRandom([20702]), holder=other)
-    (reservations / "20703").write_text(json.dumps({"cluster": str(tmp_path / "gone"), "madeBy": _dead_identity()}))
-    (reservations / "20704.tmp").write_text("{")
-    ports.release(one)
-    assert sorted(p.name for p in reservations.iterdir()) == [".lock", "20702"]
+    (book / "port-20703").write_text(json.dumps({"cluster": str(tmp_path / "gone"), "madeBy": _dead_identity()}))
+    (book / "port-20704.tmp").write_text("{")
+    reservations.release(one)
+    assert sorted(p.name for p in book.iterdir()) == [".lock", "port-20702"]
 
 
-def test_state_remove_releases_the_clusters_ports(reservations, state_dir):
+def test_state_remove_releases_the_clusters_ports(book, state_dir):
     cluster = state.create("c1", {"ports": {"etcd": 20800}})
     ports.allocate(["etcd"], rng=ScriptedRandom([20800]), holder=cluster.directory)
-    assert (reservations / "20800").exists()
+    assert (book / "port-20800").exists()
     state.remove(cluster)
-    assert not (reservations / "20800").exists()
+    assert not (book / "port-20800").exists()
 
 
-def test_a_reservations_directory_of_another_user_is_not_used(reservations, tmp_path, monkeypatch):
-    reservations.mkdir()
+def test_a_reservations_directory_of_another_user_is_not_used(book, tmp_path, monkeypatch):
+    book.mkdir()
     someone_else = os.getuid() + 1
-    monkeypatch.setattr(ports.os, "getuid", lambda: someone_else)  # as if the directory were not ours
+    monkeypatch.setattr(reservations.os, "getuid", lambda: someone_else)  # as if the directory were not ours
     assert ports.allocate(["a"], rng=ScriptedRandom([20900]), holder=tmp_path / "c") == {"a": 20900}
-    ports.release(tmp_path / "c")
-    assert list(reservations.iterdir()) == []  # nothing written into it, no lock file made
+    reservations.release(tmp_path / "c")
+    assert list(book.iterdir()) == []  # nothing written into it, no lock file made
 
 
 def test_listening(listener):

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from harness.backends.commands import Runner
+from harness.backends.local import reservations
 from harness.backends.local.realnode import (
     cgroups,
     containerd,
@@ -712,13 +713,33 @@ def test_plan_record_ties_the_pieces_together(tmp_path, monkeypatch):
 
     monkeypatch.setattr(node.ports, "allocate", allocate)
     cluster = SimpleNamespace(directory=tmp_path / "clusters" / "c")
-    record = node.plan_record(cluster, node.RealNodeSpec("real-node-0"), [], set())
-    assert holders == [cluster.directory]  # reserved machine-wide for this cluster
     ident = layout.node_id(tmp_path / "clusters" / "c", "real-node-0")
     subnet = network.choose_subnet(ident, [])
+    record = node.plan_record(cluster, node.RealNodeSpec("real-node-0"), subnet, set())
+    assert holders == [cluster.directory]  # reserved machine-wide for this cluster
     assert record == RealNodeRecord(name="real-node-0", id=ident, directory=str(tmp_path / "nodes" / ident),
                                     bridge=f"drh-{ident}", subnet=str(subnet), address=network.gateway(subnet),
                                     kubelet_port=20101, healthz_port=20102)
+
+
+def test_clusters_of_other_state_directories_get_other_subnets(tmp_path, monkeypatch):
+    """Two clusters plan their real nodes before either has made a bridge: the machine's routes show
+    neither, and here both nodes' ids even start at the same subnet of the pool. The reservation
+    keeps them apart; once a cluster is removed, its subnet is free again."""
+    monkeypatch.setattr(reservations, "directory", lambda: tmp_path / "reservations")
+    monkeypatch.setattr(node.network, "used_networks", lambda: [])
+    monkeypatch.setattr(node, "node_id", lambda directory, name: NODE_ID)
+    first, second = (SimpleNamespace(directory=tmp_path / "state-a" / "clusters" / "c"),
+                     SimpleNamespace(directory=tmp_path / "state-b" / "clusters" / "c"))
+    first.directory.mkdir(parents=True)
+    second.directory.mkdir(parents=True)
+    specs = [node.RealNodeSpec("real-node-0"), node.RealNodeSpec("real-node-1")]
+    ours = node._reserve_subnets(first, specs)
+    theirs = node._reserve_subnets(second, specs)
+    assert len(set(ours + theirs)) == 4, (ours, theirs)
+    assert ours[0] == network.choose_subnet(NODE_ID, [])
+    reservations.release(first.directory)
+    assert node._reserve_subnets(SimpleNamespace(directory=second.directory), specs[:1]) == [ours[0]]
 
 
 # --- teardown -------------------------------------------------------------------------------------

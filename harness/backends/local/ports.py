@@ -5,31 +5,22 @@ source port cannot grab one between our check and the component's bind. A port i
 address of this machine has a listener on it: another cluster's real-node kubelet listens on its
 bridge address, not on loopback, and a component of ours must not take its port number.
 
-A chosen port is also reserved, machine-wide, for the cluster that chose it (`reservations_dir`, one
-file per port naming the cluster's directory): clusters of different state directories (parallel
-test workers) share one port space, and a component is bound seconds after its port is chosen, or
-is down for a moment when a test restarts it. A reservation holds while its cluster's directory
-exists or the process that made it lives; one of a removed cluster or a killed `up` is stale and
-swept by the next allocation.
+A chosen port is also reserved, machine-wide, for the cluster that chose it (reservations.py):
+clusters of different state directories (parallel test workers) share one port space, and a
+component binds its port seconds after it is chosen, or is down for a moment when a test restarts it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import random
 import socket
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 
-from harness.backends.local import process
-from harness.core.files import write_atomic
-from harness.core.locking import file_lock
+from harness.backends.local import reservations
 
 LOW, HIGH = 20000, 32000
 
@@ -50,72 +41,27 @@ def is_free(port: int, host: str = "0.0.0.0") -> bool:
     return True
 
 
-def reservations_dir() -> Path:
-    return Path(tempfile.gettempdir()) / f"dra-harness-ports-{os.getuid()}"
-
-
-@contextlib.contextmanager
-def _reservations() -> Iterator[Path | None]:
-    """The reservations directory, locked: checking a port and reserving it is one step. None if
-    another user made a directory of that name (theirs is not trusted: the listener check remains)."""
-    root = reservations_dir()
-    root.mkdir(mode=0o700, exist_ok=True)
-    if root.stat().st_uid != os.getuid():
-        yield None
-        return
-    with file_lock(root / ".lock"):
-        yield root
-
-
-def _holds(entry: Path) -> bool:
-    try:
-        data = json.loads(entry.read_text())
-        cluster, made_by = Path(data["cluster"]), data["madeBy"]
-    except (OSError, ValueError, KeyError, TypeError):  # half-written by a killed process
-        return False
-    return cluster.is_dir() or process.alive(process.Running("port reservation", **process.identity_fields(made_by)))
-
-
 def allocate(names: list[str], reserved: set[int] | frozenset[int] = frozenset(),
              rng: random.Random | None = None, holder: Path | None = None) -> dict[str, int]:
     """Free ports for `names`, none of `reserved`; with a `holder` (the cluster's directory) they are
-    reserved for it, and ports reserved for another cluster are skipped."""
+    reserved for it machine-wide, and ports reserved for another cluster are skipped."""
     rng = rng or random.SystemRandom()
     chosen: dict[str, int] = {}
     taken = set(reserved)
-    with (_reservations() if holder else contextlib.nullcontext()) as root:
+    with (reservations.open_book() if holder else contextlib.nullcontext(reservations.Book(None))) as book:
         for name in names:
             for _ in range(1000):
                 port = rng.randrange(LOW, HIGH)
-                entry = root / str(port) if root else None
-                if port in taken or (entry and entry.exists() and _holds(entry)) or not is_free(port):
+                if port in taken or book.taken(f"port-{port}") or not is_free(port):
                     continue
                 chosen[name] = port
                 taken.add(port)
-                if entry:
-                    write_atomic(entry, json.dumps({"cluster": str(holder), "madeBy": process.identity()}))
+                if holder:
+                    book.reserve(f"port-{port}", holder)
                 break
             else:
                 raise RuntimeError(f"no free loopback port found for {name} in {LOW}-{HIGH}")
     return chosen
-
-
-def release(holder: Path) -> None:
-    """Drop the reservations of the cluster at `holder` (its `down`), and any stale one met on the way."""
-    if not reservations_dir().is_dir():
-        return
-    with _reservations() as root:
-        for entry in root.iterdir() if root else ():
-            if entry.name.endswith(".tmp"):  # a write that a killed process left half done
-                entry.unlink(missing_ok=True)
-            if not entry.name.isdigit():
-                continue
-            try:
-                mine = json.loads(entry.read_text()).get("cluster") == str(holder)
-            except (OSError, ValueError, AttributeError):
-                mine = False
-            if mine or not _holds(entry):
-                entry.unlink(missing_ok=True)
 
 
 def _listeners(ports: set[int], addresses: frozenset[str] | None) -> list:

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from harness.backends.common import validate_name  # noqa: F401  (state.validate_name for local callers)
-from harness.backends.local import ports
+from harness.backends.local import reservations
 from harness.core import paths
 from harness.core.errors import ClusterNotFound
 from harness.core.files import write_atomic
@@ -107,4 +107,4 @@ def reserved_ports(except_name: str | None = None) -> set[int]:
 
 def remove(state: ClusterState) -> None:
     shutil.rmtree(state.directory, ignore_errors=True)
-    ports.release(state.directory)
+    reservations.release(state.directory)

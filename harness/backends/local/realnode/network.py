@@ -63,6 +63,24 @@ def choose_subnet(node_id: str, used: list[ipaddress.IPv4Network]) -> ipaddress.
     raise HarnessError(f"no free /24 left in {SUBNET_POOL} for a node bridge")
 
 
+RESERVATION_PREFIX = "subnet-"  # reservations.py keys: subnet-10.200.5.0_24
+
+
+def reservation_key(subnet: ipaddress.IPv4Network) -> str:
+    return f"{RESERVATION_PREFIX}{subnet.network_address}_{subnet.prefixlen}"
+
+
+def reserved_subnets(keys: list[str]) -> list[ipaddress.IPv4Network]:
+    """The subnets that reservation keys name (a key that names none is skipped)."""
+    found = []
+    for key in keys:
+        try:
+            found.append(ipaddress.IPv4Network(key.removeprefix(RESERVATION_PREFIX).replace("_", "/")))
+        except ValueError:
+            continue
+    return found
+
+
 def gateway(subnet: ipaddress.IPv4Network) -> str:
     return str(next(subnet.hosts()))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.backends.local import kubeconfig, pki, ports, process, state
+from harness.backends.local import kubeconfig, pki, ports, process, reservations, state
 from harness.backends.local.realnode import cgroups, containerd, host, images, kubelet, network
 from harness.binaries.noderuntime import NodeRuntime
 from harness.core.errors import ComponentError, HarnessError
@@ -38,9 +38,9 @@ def default_specs(count: int) -> list[RealNodeSpec]:
     return [RealNodeSpec(f"real-node-{i}") for i in range(count)]
 
 
-def plan_record(cluster: state.ClusterState, spec: RealNodeSpec, used_networks, taken_ports: set[int]) -> RealNodeRecord:
+def plan_record(cluster: state.ClusterState, spec: RealNodeSpec, subnet: ipaddress.IPv4Network,
+                taken_ports: set[int]) -> RealNodeRecord:
     ident = node_id(cluster.directory, spec.name)
-    subnet = network.choose_subnet(ident, used_networks)
     allocated = ports.allocate([f"kubelet-{spec.name}", f"kubelet-healthz-{spec.name}"], reserved=taken_ports,
                                holder=cluster.directory)
     return RealNodeRecord(name=spec.name, id=ident, directory=str(node_root() / ident),
@@ -49,18 +49,31 @@ def plan_record(cluster: state.ClusterState, spec: RealNodeSpec, used_networks, 
                           healthz_port=allocated[f"kubelet-healthz-{spec.name}"])
 
 
+def _reserve_subnets(cluster: state.ClusterState, specs: list[RealNodeSpec]) -> list[ipaddress.IPv4Network]:
+    """A subnet per node that overlaps nothing the machine routes nor another cluster's reserved one,
+    chosen and reserved in one step: a bridge gets its address only when its node starts."""
+    with reservations.open_book() as book:
+        used = network.used_networks() + network.reserved_subnets(book.taken_keys(network.RESERVATION_PREFIX))
+        chosen = []
+        for spec in specs:
+            subnet = network.choose_subnet(node_id(cluster.directory, spec.name), used)
+            book.reserve(network.reservation_key(subnet), cluster.directory)
+            used.append(subnet)
+            chosen.append(subnet)
+    return chosen
+
+
 def start_all(cluster: state.ClusterState, layout, specs: list[RealNodeSpec], runtime: NodeRuntime,
               reporter: Reporter) -> list[RealNodeRecord]:
     """Start every real node of `specs` and wait until its kubelet is healthy (Ready is waited for
     with the KWOK nodes). `layout` is the cluster's components.ClusterLayout."""
     if not specs:
         return []
-    used = network.used_networks()
+    subnets = _reserve_subnets(cluster, specs)
     taken = set(state.reserved_ports()) | set(cluster.ports.values())
     planned = []
-    for spec in specs:
-        record = plan_record(cluster, spec, used, taken)
-        used.append(ipaddress.IPv4Network(record.subnet))
+    for spec, subnet in zip(specs, subnets):
+        record = plan_record(cluster, spec, subnet, taken)
         taken |= {record.kubelet_port, record.healthz_port}
         planned.append((spec, record))
     # Recorded before anything is made, so teardown finds all of it even after a crash mid-way.
