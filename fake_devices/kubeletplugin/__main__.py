@@ -4,7 +4,9 @@
         --instance fake --namespace dra-harness-system
 
 A node runs one such process per driver name. Prints `ready` once both sockets serve; SIGTERM or
-SIGINT stops it cleanly (sockets removed, prepared claims kept in the checkpoint).
+SIGINT stops it cleanly (sockets removed, prepared claims kept in the checkpoint). With
+`--publish-profile P` it first publishes the node's slices of its driver itself, as a vendor
+driver's plugin does (no control-plane half needed).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import kubernetes
 from fake_devices import entrypoint
 from fake_devices.errors import InvalidInput
 from fake_devices.kubeletplugin.checkpoint import CheckpointError
-from fake_devices.kubeletplugin.config import DEFAULT_MAX_MESSAGE_BYTES, PluginConfig
+from fake_devices.kubeletplugin.config import DEFAULT_MAX_MESSAGE_BYTES, DEFECTS, PluginConfig
 from fake_devices.kubeletplugin.plugin import KubeletPlugin, PluginError
 
 
@@ -43,6 +45,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--health-interval", type=float, default=10.0, help="resend health at least this often (s)")
     parser.add_argument("--rolling-update-id", default=None,
                         help="run beside another instance of this driver (upgrade): suffix of both socket names")
+    parser.add_argument("--publish-profile", default=None, metavar="PROFILE",
+                        help="publish this node's ResourceSlices of the driver from this profile (built-in name or "
+                             "file) before serving; also the default of --profile")
+    parser.add_argument("--defect", action="append", default=[], choices=[name for name, _ in DEFECTS],
+                        help="self-tests only: break one rule of the kubelet-plugin contract on purpose")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -55,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                           registry_dir=args.registry_dir, cdi_dir=args.cdi_dir, state_dir=args.state_dir,
                           instance=args.instance, namespace=args.namespace, profile=args.profile,
                           max_message_bytes=args.max_message_bytes, health_interval=args.health_interval,
-                          rolling_update_id=args.rolling_update_id)
+                          rolling_update_id=args.rolling_update_id, publish_profile=args.publish_profile,
+                          defects=frozenset(args.defect))
     stopping = entrypoint.stop_on_signals()
     try:
         api_client = entrypoint.api_client(args.kubeconfig, pool_size=32)

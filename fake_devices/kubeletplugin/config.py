@@ -16,6 +16,18 @@ from fake_devices.schema import DNS_LABEL, DNS_SUBDOMAIN
 
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# Deliberate defects (`--defect`), for the harness's own self-tests: each breaks one rule of the
+# kubelet-plugin contract, so a check of that rule can be shown to fail. Never on in real use.
+DEFECTS = (
+    ("stale-cdi", "neither a start nor a repeated Prepare restores a missing CDI spec of a checkpointed claim"),
+    ("keep-cdi", "Unprepare removes the checkpoint entry but leaves the claim's CDI spec"),
+    ("unprepare-unknown-fails", "Unprepare of a claim that is not prepared fails with 'claim not prepared'"),
+    ("drop-claim", "a Prepare of several claims leaves the last one out of the response"),
+    ("any-node", "Prepare checks neither the claim's node nor that its devices are published here"),
+    ("silent-health", "NodeWatchResources sends nothing, but keeps the stream open"),
+    ("wrong-pool", "Prepare answers each device with pool '<pool>-x'"),
+)
+DEFECT_NAMES = frozenset(name for name, _ in DEFECTS)
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,10 @@ class PluginConfig:
     # RollingUpdate option does it): a per-instance suffix of both socket names, so the kubelet
     # knows the instances apart; they share the plugin directory, checkpoint and CDI files.
     rolling_update_id: str | None = None
+    # Publish this node's slices of the driver from this profile (name or file) before serving, as a
+    # vendor driver's plugin does; None: someone else publishes them (the control-plane half).
+    publish_profile: str | None = None
+    defects: frozenset[str] = frozenset()  # names from DEFECTS; self-tests only
 
     @property
     def plugin_dir(self) -> Path:
@@ -84,6 +100,8 @@ class PluginConfig:
                                     "1024 to 67108864"))
         if not 0.1 <= self.health_interval <= 3600:
             problems.append(Problem("--health-interval", str(self.health_interval), "out of range", "0.1 to 3600 s"))
+        for name in sorted(set(self.defects) - DEFECT_NAMES):
+            problems.append(Problem("--defect", name, "not a known defect", ", ".join(sorted(DEFECT_NAMES))))
         if problems:
             raise InvalidInput(problems)
         return self

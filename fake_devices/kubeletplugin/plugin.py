@@ -3,10 +3,12 @@
     <registry_dir>/<driver>-reg.sock   pluginregistration.Registration (the kubelet's plugin watcher)
     <plugins_dir>/<driver>/dra.sock    DRAPlugin v1 + v1beta1, DRAResourceHealth v1 + v1alpha1
 
-start(): load the checkpoint (restore CDI files of prepared claims), list the driver's slices for
-this node, start watching the fault ConfigMap, serve dra.sock, and only then registration, so the
-kubelet never finds a registration whose endpoint is not ready. stop(): the reverse; both sockets
-are removed. Runs as `python -m fake_devices.kubeletplugin` or in-process (tests, benchmarks).
+start(): load the checkpoint (restore CDI files of prepared claims), publish the node's slices of
+the driver if configured to (`publish_profile`), list the driver's slices for this node, start
+watching the fault ConfigMap, serve dra.sock, and only then registration, so the kubelet never finds
+a registration whose endpoint is not ready, nor a plugin whose devices are not published yet.
+stop(): the reverse; both sockets are removed. Runs as `python -m fake_devices.kubeletplugin` or
+in-process (tests, benchmarks).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from fake_devices.kubeletplugin.config import PluginConfig
 from fake_devices.kubeletplugin.health import HealthMonitor
 from fake_devices.kubeletplugin.inventory import Inventory
 from fake_devices.kubeletplugin.prepare import Preparer, read_claim_with
+from fake_devices.kubeletplugin.publisher import PublishError, SlicePublisher
 from fake_devices.kubeletplugin.watch import ListWatch
 
 log = logging.getLogger("fake_devices.kubeletplugin")
@@ -47,7 +50,7 @@ class KubeletPlugin:
         self.inventory = Inventory(self.resource.list_resource_slice, config.driver, config.node,
                                    on_change=self._devices_changed)
         self.preparer = Preparer(config.driver, config.node, config.cdi_dir, read_claim_with(self.resource),
-                                 self.inventory, self.checkpoint, self._node_labels)
+                                 self.inventory, self.checkpoint, self._node_labels, defects=config.defects)
         source = (f"ConfigMap {config.namespace}/{config.faults_configmap}" if config.faults_configmap
                   else "(no fault source: --instance not given)")
         self.health = HealthMonitor(self._known_devices, lambda: set(self.inventory.devices()), source)
@@ -75,6 +78,13 @@ class KubeletPlugin:
         restored = self.preparer.restore()
         if restored:
             log.info("restored %d CDI specs of prepared claims from the checkpoint", restored)
+        if config.defects:
+            log.warning("deliberate defects on (self-tests only): %s", ", ".join(sorted(config.defects)))
+        if config.publish_profile:
+            try:
+                SlicePublisher(self.resource, self.core, config.driver, config.node, config.publish_profile).publish()
+            except PublishError as err:
+                raise PluginError(str(err)) from None
         self._profile_devices = self._devices_of_profile()
         self.inventory.start()
         if not self.inventory.wait_synced(config.sync_timeout):
@@ -92,7 +102,8 @@ class KubeletPlugin:
             self.health.set_faults({})
         self.health.recompute()
         dra = new_server(config.max_message_bytes, config.workers)
-        servicers.add_dra_services(dra, self.preparer, self.health, config.health_interval)
+        servicers.add_dra_services(dra, self.preparer, self.health, config.health_interval,
+                                   silent_health="silent-health" in config.defects)
         self._servers.append((dra, serve_unix(dra, config.dra_socket)))
         registration = new_server(config.max_message_bytes, 2)
         servicers.add_registration_service(registration, self.registration)
@@ -122,7 +133,7 @@ class KubeletPlugin:
     def _devices_of_profile(self) -> list[tuple[str, str]]:
         """Every device the node's profile gives this driver (pool = node), so that devices lost
         before this plugin started are still reported. Without a profile: only published devices."""
-        name = self.config.profile
+        name = self.config.profile or self.config.publish_profile
         if name is None:
             try:
                 node = self.core.read_node(self.config.node, _request_timeout=30)

@@ -63,13 +63,15 @@ def base_request(request: str) -> str:
 
 class Preparer:
     def __init__(self, driver: str, node: str, cdi_dir: Path, read_claim: Callable[[str, str], dict],
-                 inventory: Inventory, checkpoint: Checkpoint, node_labels: Callable[[], dict[str, str]]):
+                 inventory: Inventory, checkpoint: Checkpoint, node_labels: Callable[[], dict[str, str]],
+                 defects: frozenset[str] = frozenset()):
         self.driver, self.node = driver, node
         self.cdi_dir = Path(cdi_dir)
         self._read_claim = read_claim  # (namespace, name) -> the claim as a dict; raises ApiException
         self.inventory = inventory
         self.checkpoint = checkpoint
         self._node_labels = node_labels
+        self.defects = defects  # deliberate defects (config.DEFECTS), self-tests only
         self._locks = [threading.Lock() for _ in range(LOCK_STRIPES)]  # one claim is never worked on twice at once
 
     def _lock(self, uid: str) -> threading.Lock:
@@ -95,21 +97,25 @@ class Preparer:
                 log.exception("prepare %s/%s (%s) failed", ref.namespace, ref.name, ref.uid)
                 results[ref.uid] = PrepareResult(error=f"preparing {claims.describe(ref)} failed: "
                                                        f"{type(err).__name__}: {err}")
+        if "drop-claim" in self.defects and len(results) > 1:
+            results.pop(list(results)[-1])  # prepared, but not answered
         return results
 
     def _prepare_one(self, ref: ClaimRef) -> list[PreparedDevice]:
         entry = self.checkpoint.get(ref.uid)
         if entry is not None:  # already prepared (e.g. kubelet retry, or kubelet restart)
             path = Path(entry["specFile"])
-            if not path.exists():
+            if not path.exists() and "stale-cdi" not in self.defects:
                 files.atomic_write(path, cdi.encode(entry["spec"]))
                 log.info("restored missing CDI spec %s of prepared claim %s", path, ref.uid)
             return [PreparedDevice.from_json(d) for d in entry["devices"]]
         claim = self._get_claim(ref)
-        results, configs = claims.driver_results(claim, ref, self.driver, self.node, self._node_labels)
+        results, configs = claims.driver_results(claim, ref, self.driver, self.node, self._node_labels,
+                                                 check_node="any-node" not in self.defects)
         allocated = [self._allocated_device(ref, result, configs) for result in results]
         spec, ids = cdi.build_spec(self.driver, ref, allocated)
-        devices = [PreparedDevice([base_request(d.request)], d.pool, d.device, [cdi_id], d.share_id)
+        pool_suffix = "-x" if "wrong-pool" in self.defects else ""
+        devices = [PreparedDevice([base_request(d.request)], d.pool + pool_suffix, d.device, [cdi_id], d.share_id)
                    for d, cdi_id in zip(allocated, ids)]
         path = self.spec_path(ref.uid)
         try:
@@ -142,6 +148,8 @@ class Preparer:
     def _allocated_device(self, ref: ClaimRef, result: dict, configs: list[dict]) -> AllocatedDevice:
         pool, name = result.get("pool", ""), result.get("device", "")
         published = self.inventory.lookup(pool, name)
+        if published is None and "any-node" in self.defects:
+            published = {}  # answered as allocated, published here or not
         if published is None:
             pools = sorted(self.inventory.pools())
             where = f"its pools here are {', '.join(pools)}" if pools else "it publishes no devices here"
@@ -174,10 +182,12 @@ class Preparer:
 
     def _unprepare_one(self, ref: ClaimRef) -> None:
         entry = self.checkpoint.get(ref.uid)
+        if entry is None and "unprepare-unknown-fails" in self.defects:
+            raise claims.ClaimError("claim not prepared")
         # The file name follows from driver and UID, so even a claim the checkpoint does not know
         # (prepared, then the checkpoint was lost) leaves no CDI spec behind.
         paths = {self.spec_path(ref.uid)} | ({Path(entry["specFile"])} if entry else set())
-        for path in paths:
+        for path in paths if "keep-cdi" not in self.defects else ():
             try:
                 files.remove(path)
             except OSError as err:
@@ -195,6 +205,8 @@ class Preparer:
     def restore(self) -> int:
         """After a restart: rewrite the CDI spec of every checkpointed claim whose file is missing."""
         restored = 0
+        if "stale-cdi" in self.defects:  # the whole bug class: neither a start nor a repeat rewrites the spec
+            return restored
         for uid, entry in self.checkpoint.claims().items():
             path = Path(entry["specFile"])
             if not path.exists():

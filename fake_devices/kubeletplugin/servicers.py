@@ -113,9 +113,10 @@ class DRAPluginV1beta1(_DRAPlugin, dra_v1beta1_pb2_grpc.DRAPluginServicer):
 class _Health:
     pb2: Any = None
 
-    def __init__(self, monitor: HealthMonitor, interval: float):
+    def __init__(self, monitor: HealthMonitor, interval: float, silent: bool = False):
         self.monitor, self.interval = monitor, interval
         self.timeout_seconds = int(math.ceil(3 * interval))  # three resends may be missed before the kubelet gives up
+        self.silent = silent  # defect silent-health (self-tests): an open stream that never reports
 
     def _message(self, entries):
         pb2 = self.pb2
@@ -132,7 +133,8 @@ class _Health:
         log.info("health stream opened (%s)", type(self).__name__)  # the kubelet is connected to this instance
         while context.is_active() and not self.monitor.closed:
             version, entries = self.monitor.snapshot()
-            yield self._message(entries)
+            if not self.silent:
+                yield self._message(entries)
             self.monitor.wait_change(version, self.interval, context.is_active)
 
 
@@ -144,11 +146,13 @@ class HealthV1alpha1(_Health, dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServ
     pb2 = dra_health_v1alpha1_pb2
 
 
-def add_dra_services(server: grpc.Server, preparer: Preparer, monitor: HealthMonitor, interval: float) -> None:
+def add_dra_services(server: grpc.Server, preparer: Preparer, monitor: HealthMonitor, interval: float,
+                     silent_health: bool = False) -> None:
     dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DRAPluginV1(preparer), server)
     dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DRAPluginV1beta1(preparer), server)
-    dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(HealthV1(monitor, interval), server)
-    dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(HealthV1alpha1(monitor, interval), server)
+    dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(HealthV1(monitor, interval, silent_health), server)
+    dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+        HealthV1alpha1(monitor, interval, silent_health), server)
 
 
 def add_registration_service(server: grpc.Server, registration: Registration) -> None:

@@ -17,11 +17,14 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from fake_devices.errors import InvalidInput
+from fake_devices.kubeletplugin import __main__ as plugin_main
 from fake_devices.kubeletplugin import cdi, claims, plugin, servicers
 from fake_devices.kubeletplugin.cdi import AllocatedDevice, ClaimRef
 from fake_devices.kubeletplugin.checkpoint import Checkpoint, CheckpointError
-from fake_devices.kubeletplugin.config import PluginConfig
+from fake_devices.kubeletplugin.config import DEFECTS, PluginConfig
 from fake_devices.kubeletplugin.generated import (
+    dra_health_v1_pb2,
+    dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2,
@@ -163,9 +166,10 @@ class StubAPI:
 
 @pytest.fixture
 def preparer_for(tmp_path):
-    def make(api: StubAPI, devices=(GPU0,)) -> Preparer:
+    def make(api: StubAPI, devices=(GPU0,), defects=()) -> Preparer:
         checkpoint = Checkpoint(tmp_path / "state" / "cp.json", DRIVER, NODE).load()
-        return Preparer(DRIVER, NODE, tmp_path / "cdi", api.read, StubInventory(devices), checkpoint, no_labels)
+        return Preparer(DRIVER, NODE, tmp_path / "cdi", api.read, StubInventory(devices), checkpoint, no_labels,
+                        defects=frozenset(defects))
 
     return make
 
@@ -439,3 +443,97 @@ def test_rolling_update_instances_get_their_own_socket_names(tmp_path):
     assert first.plugin_dir == second.plugin_dir and first.state_path == second.state_path  # shared state
     with pytest.raises(InvalidInput, match="--rolling-update-id"):
         PluginConfig(driver=DRIVER, node=NODE, rolling_update_id="Not/An/Id").validate()
+
+
+# --- deliberate defects (self-tests) ----------------------------------------------------------
+
+def test_defects_are_known_by_name():
+    names = [name for name, _ in DEFECTS]
+    assert names == ["stale-cdi", "keep-cdi", "unprepare-unknown-fails", "drop-claim", "any-node", "silent-health",
+                     "wrong-pool"]
+    args = plugin_main.parse_args(["--driver", DRIVER, "--node", NODE, "--defect", "keep-cdi", "--defect", "any-node"])
+    assert args.defect == ["keep-cdi", "any-node"]
+    assert plugin_main.parse_args(["--driver", DRIVER, "--node", NODE]).defect == []
+    with pytest.raises(SystemExit):
+        plugin_main.parse_args(["--driver", DRIVER, "--node", NODE, "--defect", "no-such-defect"])
+    with pytest.raises(InvalidInput, match="--defect"):
+        PluginConfig(driver=DRIVER, node=NODE, defects=frozenset({"no-such-defect"})).validate()
+
+
+def test_defect_stale_cdi_answers_without_restoring_the_spec(preparer_for):
+    preparer = preparer_for(StubAPI(claim()), defects={"stale-cdi"})
+    first = preparer.prepare([ref()])[UID]
+    preparer.spec_path(UID).unlink()
+    again = preparer.prepare([ref()])[UID]
+    assert again.error == "" and again.devices == first.devices
+    assert not preparer.spec_path(UID).exists()  # the kubelet is told the claim is ready; the runtime finds no spec
+
+
+def test_defect_keep_cdi_leaves_the_spec_behind(preparer_for):
+    preparer = preparer_for(StubAPI(claim()), defects={"keep-cdi"})
+    assert preparer.prepare([ref()])[UID].error == ""
+    assert preparer.unprepare([ref()]) == {UID: ""}
+    assert preparer.checkpoint.claims() == {} and preparer.spec_path(UID).exists()
+
+
+def test_defect_unprepare_unknown_fails(preparer_for):
+    preparer = preparer_for(StubAPI(claim()), defects={"unprepare-unknown-fails"})
+    assert preparer.unprepare([ref(uid="never-prepared")]) == {"never-prepared": "claim not prepared"}
+    assert preparer.prepare([ref()])[UID].error == ""
+    assert preparer.unprepare([ref()]) == {UID: ""}  # a prepared claim still unprepares
+    assert preparer.unprepare([ref()]) == {UID: "claim not prepared"}  # but not twice
+
+
+def test_defect_drop_claim_leaves_the_last_claim_out(preparer_for):
+    other = "11111111-2222-3333-4444-555555555555"
+    api = StubAPI(claim(), claim(uid=other, name="d"))
+    preparer = preparer_for(api, defects={"drop-claim"})
+    assert list(preparer.prepare([ref(), ref(uid=other, name="d")])) == [UID]
+    assert preparer.checkpoint.get(other) is not None  # prepared all the same, just not answered
+    assert list(preparer.prepare([ref(uid=other, name="d")])) == [other]  # one claim: answered
+    assert list(preparer_for(api).prepare([ref(), ref(uid=other, name="d")])) == [UID, other]
+
+
+def test_defect_any_node_prepares_what_is_not_ours(preparer_for):
+    elsewhere = claim(node="node-b", results=[{"request": "gpu", "driver": DRIVER, "pool": "node-b",
+                                               "device": "gpu-9"}])
+    correct = preparer_for(StubAPI(elsewhere)).prepare([ref()])[UID]
+    assert "is allocated for another node" in correct.error
+    (result,) = preparer_for(StubAPI(elsewhere), defects={"any-node"}).prepare([ref()]).values()
+    assert result.error == ""
+    assert [(d.pool_name, d.device_name) for d in result.devices] == [("node-b", "gpu-9")]
+    spec = json.loads(preparer_for(StubAPI()).spec_path(UID).read_text())
+    assert spec["devices"][0]["name"] == f"{UID}-gpu-9"
+
+
+def test_defect_wrong_pool_answers_another_pool(preparer_for):
+    preparer = preparer_for(StubAPI(claim()), defects={"wrong-pool"})
+    (device,) = preparer.prepare([ref()])[UID].devices
+    assert (device.pool_name, device.device_name) == (f"{NODE}-x", "gpu-0")
+    assert preparer.prepare([ref()])[UID].devices == [device]  # from the checkpoint: the same wrong answer
+    env = json.loads(preparer.spec_path(UID).read_text())["devices"][0]["containerEdits"]["env"]
+    assert f"DRA_GPU_0_0F1E2D3C_POOL={NODE}" in env  # only the answer to the kubelet is wrong
+
+
+def test_defect_silent_health_keeps_the_streams_open_and_empty(preparer_for):
+    base = Path(tempfile.mkdtemp(prefix="kpu-", dir="/tmp"))
+    monitor = HealthMonitor(lambda: [(NODE, "gpu-0")], lambda: {(NODE, "gpu-0")}, "cm")
+    monitor.set_faults({})
+    server = plugin.new_server(max_message_bytes=64 * 1024, workers=4)
+    servicers.add_dra_services(server, preparer_for(StubAPI(claim())), monitor, interval=0.2, silent_health=True)
+    path = plugin.serve_unix(server, base / "dra.sock")
+    try:
+        with grpc.insecure_channel(f"unix:{path}") as channel:
+            for stub, pb2 in ((dra_health_v1_pb2_grpc.DRAResourceHealthStub(channel), dra_health_v1_pb2),
+                              (dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel), dra_health_v1alpha1_pb2)):
+                stream = stub.NodeWatchResources(pb2.NodeWatchResourcesRequest(), timeout=1.5)
+                threading.Timer(0.3, monitor.set_faults, args=({"gpu-0": "unhealthy"},)).start()
+                with pytest.raises(grpc.RpcError) as err:
+                    next(stream)  # not even on a change or after several intervals
+                assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # open until the client gave up
+                monitor.set_faults({})
+            _prepare_ok(channel)  # the rest still works
+    finally:
+        monitor.close()
+        plugin.stop_server(server, path)
+        shutil.rmtree(base)
