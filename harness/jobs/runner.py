@@ -204,8 +204,9 @@ def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
                 reporter.info(f"clean-up left: {', '.join(leftovers)}")
     assert summary is not None  # written whenever the suite ran or was stopped; any other way out raised
     state = " (interrupted)" if interrupted else ""
-    print(f"report{state}: {summary['markdown']} and {summary['html']} ({summary['passed']} passed, "
-          f"{summary['failed']} failed, {summary['skipped']} skipped)", file=out)
+    counted = ", ".join(f"{summary[o]} {o}" for o in ("passed", "failed", "skipped", "not applicable", "xfailed")
+                        if summary[o] or o in ("passed", "failed", "skipped"))
+    print(f"report{state}: {summary['markdown']} and {summary['html']} ({counted})", file=out)
     if interrupted:
         raise interrupted
     if code == 5:

@@ -248,6 +248,10 @@ class VendorSetup:
             cluster, nodes = real_nodes(self.kubeconfig, self.vendor.source)
             for node in nodes:
                 values = node_paths(cluster, node)
+                for driver in self.vendor.drivers:
+                    # "The directory must exist" (kubeletplugin.PluginDataDirectoryPath, k8s.io/dynamic-resource-
+                    # allocation v0.37.2): the deployer makes it, as a DaemonSet's hostPath would
+                    (node.dirs.plugins / driver).mkdir(parents=True, exist_ok=True)
                 started = VendorPlugin(cluster.directory, node.name, plugin.argv(values), plugin.environment(values),
                                        node.dirs.plugins_registry, self.vendor.drivers, cluster.kubeconfig)
                 self.plugins.append(started)
