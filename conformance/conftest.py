@@ -13,6 +13,7 @@ reports (harness.k8s.discovery), so a test whose gate or API is off is skipped w
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,15 @@ from harness.k8s.nodes import is_ready
 from harness.pytest_plugin.plugin import shared_dir, vendor_driver
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+SANITY_DIR = Path(__file__).parent / "sanity"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """conformance/sanity checks one kubelet plugin on a throwaway cluster of its own (`dra-harness sanity`):
+    collected only when a vendor file names that plugin, never as part of the suite on a cluster."""
+    if collection_path == SANITY_DIR and not config.getoption("--dra-sanity-driver-config"):
+        return True
+    return None
 EPHEMERAL_LABEL = "dra-harness.x-k8s.io/ephemeral"  # nodes a test creates and deletes again: never "the" node
 
 

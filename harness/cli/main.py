@@ -203,6 +203,18 @@ def build_parser() -> argparse.ArgumentParser:
     conf_sub = conf.add_subparsers(dest="action", required=True, metavar="ACTION")
     crun = conf_sub.add_parser("run", help="run the suite against a started or existing cluster and write reports")
     _add_suite_flags(crun)
+    cval = conf_sub.add_parser("validate", help="check vendor files (kind VendorDriver) offline, every problem at "
+                                                "once, without a cluster")
+    cval.add_argument("--driver-config", required=True, action="append", metavar="VENDOR_YAML",
+                      help="a vendor file (repeatable)")
+
+    sanity = commands.add_parser("sanity", help="check a kubelet plugin against the written kubelet-plugin contract "
+                                                "over its own sockets: no root, no kubelet (docs/contract.md)")
+    sanity.add_argument("--driver-config", required=True, metavar="VENDOR_YAML",
+                        help="the vendor file whose spec.kubeletPlugin starts the plugin")
+    sanity.add_argument("--report-dir", type=Path, default=Path("reports/sanity"),
+                        help="results.json, junit.xml and sanity.md go here (default: reports/sanity)")
+    sanity.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --), e.g. -k REG")
 
     load = commands.add_parser("load", help="locust load tests: requeue latency and scheduling throughput")
     load_sub = load.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -324,6 +336,12 @@ def _dispatch(args, reporter: Reporter, out) -> int:
         print(binset.directory, file=out)
         return 0
 
+    if args.command == "conformance" and args.action == "validate":
+        return _validate_vendor_files(args.driver_config, out)
+    if args.command == "sanity":
+        from harness.jobs import sanity_runner  # lazy: subcommand (starts a cluster, loads the gRPC stubs)
+
+        return sanity_runner.run(args.driver_config, args.report_dir, reporter, out, args.pytest_args)
     if args.command in ("run", "conformance"):
         from harness.jobs import runner  # lazy: subcommand
 
@@ -398,6 +416,26 @@ def _dispatch(args, reporter: Reporter, out) -> int:
         print(backend.status(args.name).kubeconfig, file=out)
         return 0
     raise HarnessError(f"unknown action {args.action}")
+
+
+def _validate_vendor_files(paths: list[str], out) -> int:
+    """`conformance validate`: each vendor file's own checks (types, names, features, the plugin's command and
+    placeholders, the manifests); all problems of all files at once, nothing contacted or started."""
+    from harness.config import vendor
+
+    problems: list[Problem] = []
+    for path in paths:
+        try:
+            loaded = vendor.load(path)
+        except InvalidInput as err:
+            problems += err.problems
+            continue
+        plugin = f"; kubeletPlugin: {loaded.kubelet_plugin.command}" if loaded.kubelet_plugin else ""
+        print(f"ok: {path}: drivers {', '.join(loaded.drivers)}; features "
+              f"{', '.join(sorted(loaded.features)) or 'none claimed'}{plugin}", file=out)
+    if problems:
+        raise ConfigError(problems)
+    return 0
 
 
 def _validate_definitions(args, out) -> int:

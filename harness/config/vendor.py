@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import string
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,7 +72,9 @@ PLUGIN_PLACEHOLDERS = {
 }
 # What `{name}` in spec.kubeletPlugin.command stands for: where the harness keeps the binaries it builds
 # (the example driver's plugin among them), so a vendor file in the repository needs no absolute path.
-COMMAND_PLACEHOLDERS = ("binaryCache", "platform")
+# `{python}` is the interpreter dra-harness runs on: a plugin written in Python (the fake driver's own,
+# clusters/vendors/fake-driver.yaml) is started as `{python} -m its.module`, found wherever dra-harness is installed.
+COMMAND_PLACEHOLDERS = ("binaryCache", "platform", "python")
 # What `{name}` in spec.healthMonitor.inject and .recover stands for: the device a test makes unhealthy
 # (conformance/health_monitors.py fills them in); the first word of each may use COMMAND_PLACEHOLDERS.
 MONITOR_PLACEHOLDERS = {
@@ -147,7 +150,8 @@ def placeholder_problems(template: str, allowed) -> list[str]:
 
 def command_values() -> dict[str, str]:
     os_name, arch = host_platform()
-    return {"binaryCache": str(paths.cache_root() / "binaries"), "platform": f"{os_name}-{arch}"}
+    return {"binaryCache": str(paths.cache_root() / "binaries"), "platform": f"{os_name}-{arch}",
+            "python": sys.executable}
 
 
 @dataclass(frozen=True)

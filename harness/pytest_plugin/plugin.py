@@ -75,6 +75,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="the vendor file's spec.manifests and spec.kubeletPlugin are set up already")
     group.addoption(vendor_plugin.PLUGINS_OPTION, default=None, metavar="RECORD_JSON",
                     help="the record of the vendor kubelet plugins the run started (restart/stop checks)")
+    group.addoption("--dra-sanity-driver-config", default=None, metavar="VENDOR_YAML",
+                    help="conformance/sanity: check the kubelet plugin this vendor file's spec.kubeletPlugin starts "
+                         "against the written kubelet-plugin contract (`dra-harness sanity`; docs/contract.md)")
     group.addoption("--dra-fake-variant", default=None,
                     help="self-tests only: make the fake driver deliberately broken (fake_devices.variants)")
 

@@ -190,7 +190,7 @@ def test_a_missing_command_says_where_it_looked(tmp_path):
     assert "/binaries/nope/plugin) does not exist" in problems[0] and "make binaries" in problems[0]
     problems = _problems(_file(tmp_path, "  drivers: [gpu.acme.example]\n  kubeletPlugin: {command: '{cache}/x'}\n"))
     assert problems == [f"{tmp_path}/vendor.yaml: spec.kubeletPlugin.command: '{{cache}}/x': unknown placeholder "
-                        "{cache} (allowed: {binaryCache}, {platform} in the command)"]
+                        "{cache} (allowed: {binaryCache}, {platform}, {python} in the command)"]
     problems = _problems(_file(tmp_path, "  drivers: [gpu.acme.example]\n  kubeletPlugin: [a]\n"))
     assert problems == [f"{tmp_path}/vendor.yaml: spec.kubeletPlugin: must be a mapping, not a list "
                         "(allowed: a mapping of field: value)"]

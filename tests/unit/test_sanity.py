@@ -1,0 +1,167 @@
+"""The sanity mode's pure parts: the rules table, CDI resolution, the report, and the refusals of its command."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main as cli
+from harness.core.records import TestResult
+from harness.jobs import sanity_runner
+from harness.sanity import cdi, rules
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKS = ROOT / "conformance" / "sanity" / "test_kubelet_plugin_contract.py"
+CONTRACT = ROOT / "docs" / "contract.md"
+
+
+def _check_names() -> set[str]:
+    tree = ast.parse(CHECKS.read_text())
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+
+
+def test_every_rule_has_one_check_and_every_check_one_rule():
+    assert len({r.id for r in rules.RULES}) == len(rules.RULES), "rule ids repeat"
+    assert len({r.check for r in rules.RULES}) == len(rules.RULES), "two rules share a check"
+    assert {r.check for r in rules.RULES} == _check_names()
+
+
+def test_each_failure_of_a_check_names_its_own_rule():
+    """A check's fail(...) calls name the rule whose check it is (or a rule a helper enforces on the way)."""
+    source = CHECKS.read_text()
+    tree = ast.parse(source)
+    helpers = {"KP-PREP-ANSWER", "KP-REG-SOCKET", "KP-REG-VERSIONS"}  # KubeletView's own checks
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in rules.BY_CHECK:
+            named = {call.args[0].value for call in ast.walk(node) if isinstance(call, ast.Call)
+                     and getattr(call.func, "id", "") == "fail" and isinstance(call.args[0], ast.Constant)}
+            named |= {call.args[-1].value for call in ast.walk(node) if isinstance(call, ast.Call)
+                      and getattr(call.func, "id", "") == "_unprepared_cleanly"}
+            assert named <= {rules.BY_CHECK[node.name].id} | helpers, (node.name, named)
+
+
+def test_rules_have_sources_at_the_release_versions():
+    for rule in rules.RULES:
+        assert rule.level in ("MUST", "SHOULD") and rule.text.endswith(".") and rule.sources, rule.id
+        for source in rule.sources:
+            assert re.search(r"@v(0|1)\.37\.2 |^kubernetes/kubernetes#\d+|^CDI specification", source), (rule.id, source)
+
+
+def test_docs_contract_lists_every_rule_with_its_source():
+    text = CONTRACT.read_text()
+    assert rules.markdown() in text, "docs/contract.md's rules table is not `python -m harness.sanity.rules`"
+    for rule in rules.RULES:
+        row = next((line for line in text.splitlines() if line.startswith(f"| {rule.id} |")), None)
+        assert row is not None, f"docs/contract.md has no row for {rule.id}"
+        assert f"| {rule.level} |" in row and rule.check in row, rule.id
+
+
+def test_failure_message_starts_with_the_rule():
+    assert rules.failure("KP-PREP-REPEAT", "driver d: x") == "KP-PREP-REPEAT (MUST): driver d: x"
+
+
+@pytest.mark.parametrize("device_id, expected", [
+    ("gpu.example.com/gpu=gpu-0", ("gpu.example.com/gpu", "gpu-0")),
+    ("k8s.gpu.example.com/claim=1f2e-3d:gpu-0", ("k8s.gpu.example.com/claim", "1f2e-3d:gpu-0")),
+    ("vendor.x/class=2a", ("vendor.x/class", "2a")),
+    ("gpu-0", None), ("vendor/class", None), ("1vendor/class=x", None), ("vendor/cla.ss=x", None),
+    ("vendor/class=-x", None), ("vendor/class=", None),
+])
+def test_qualified_cdi_names(device_id, expected):
+    assert cdi.parse(device_id) == expected
+
+
+def test_spec_directory_resolves_ids_by_kind_and_name(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"cdiVersion": "0.5.0", "kind": "v.x/gpu",
+                                                 "devices": [{"name": "g0"}, {"name": "g1"}]}))
+    (tmp_path / "b.yaml").write_text("cdiVersion: 0.6.0\nkind: v.x/claim\ndevices:\n- name: u-1\n")
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "nokind.json").write_text(json.dumps({"cdiVersion": "0.5.0", "devices": []}))
+    (tmp_path / "notes.txt").write_text("not a spec")
+    specs = cdi.read(tmp_path)
+    assert specs.resolve("v.x/gpu=g1") == ["a.json"]
+    assert specs.resolve("v.x/claim=u-1") == ["b.yaml"]
+    assert specs.resolve("v.x/gpu=u-1") == [] and specs.resolve("v.x/other=g0") == [] and specs.resolve("junk") == []
+    assert set(specs.broken) == {"broken.json", "nokind.json"} and "notes.txt" not in specs.files
+    assert cdi.read(tmp_path / "missing").files == set()
+
+
+def _vendor(tmp_path: Path, plugin: bool = True) -> Path:
+    lines = ["apiVersion: dra-harness.x-k8s.io/v1alpha1", "kind: VendorDriver", "metadata: {name: acme}",
+             "spec:", "  drivers: [gpu.acme.example]"]
+    if plugin:
+        lines += ["  kubeletPlugin:", "    command: '{python}'", "    args: [-m, acme, '--node={nodeName}']"]
+    path = tmp_path / "vendor.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_python_placeholder_names_this_interpreter(tmp_path):
+    from harness.config import vendor
+    loaded = vendor.load(str(_vendor(tmp_path)))
+    assert loaded.kubelet_plugin is not None and loaded.kubelet_plugin.command == sys.executable
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, cwd=ROOT)
+
+
+def test_sanity_refuses_a_vendor_file_without_a_plugin_before_starting_anything(tmp_path):
+    done = _cli("sanity", "--driver-config", str(_vendor(tmp_path, plugin=False)), "--report-dir", str(tmp_path / "r"))
+    assert done.returncode == cli.EXIT_BAD_INPUT, done
+    assert "spec.kubeletPlugin" in done.stderr + done.stdout and "is missing" in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr and not (tmp_path / "r").exists()
+
+
+def test_conformance_validate_lists_every_problem_of_every_file(tmp_path):
+    good = _vendor(tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: dra-harness.x-k8s.io/v1alpha1\nkind: VendorDriver\nmetadata: {name: b}\n"
+                   "spec:\n  drivers: [Not_A_Driver]\n  features: [DRAExtendedResources]\n")
+    done = _cli("conformance", "validate", "--driver-config", str(good))
+    assert done.returncode == 0 and done.stdout.startswith(f"ok: {good}: drivers gpu.acme.example"), done
+    done = _cli("conformance", "validate", "--driver-config", str(good), "--driver-config", str(bad))
+    printed = done.stdout + done.stderr
+    assert done.returncode == cli.EXIT_BAD_INPUT, done
+    assert "spec.drivers[0]" in printed and "spec.features[0]" in printed and "DRAExtendedResources" in printed
+    assert "Traceback" not in done.stderr
+
+
+def test_report_gives_every_rule_an_outcome(tmp_path):
+    from harness.config import vendor
+    loaded = vendor.load(str(_vendor(tmp_path)))
+    results = [TestResult("t::a", "passed", properties={"contract_rule": "KP-REG-INFO"}),
+               TestResult("t::b", "failed", message="KP-RESTART-CDI (MUST): a | b",
+                          properties={"contract_rule": "KP-RESTART-CDI"}),
+               TestResult("t::c", "not applicable", message="not applicable: x",
+                          properties={"contract_rule": "KP-HEALTH-INITIAL"})]
+    counts = sanity_runner.write_report(tmp_path / "sanity.md", loaded, results)
+    text = (tmp_path / "sanity.md").read_text()
+    assert counts["passed"] == 1 and counts["failed"] == 1 and counts["not applicable"] == 1
+    assert "| KP-REG-INFO | MUST | passed |" in text and "| KP-RESTART-CDI | MUST | failed | KP-RESTART-CDI (MUST): a \\| b |" in text
+    assert text.count("not checked") == len(rules.RULES) - 3
+
+
+def test_the_suite_on_a_cluster_never_collects_the_sanity_checks(pytester_or_skip=None):
+    """conformance/ on a cluster must not pick up conformance/sanity (it starts a cluster of its own)."""
+    from conformance import conftest
+    assert conftest.SANITY_DIR == ROOT / "conformance" / "sanity" and conftest.SANITY_DIR.is_dir()
+
+    class Config:
+        def __init__(self, value):
+            self.value = value
+
+        def getoption(self, name):
+            assert name == "--dra-sanity-driver-config"
+            return self.value
+
+    assert conftest.pytest_ignore_collect(conftest.SANITY_DIR, Config(None)) is True
+    assert conftest.pytest_ignore_collect(conftest.SANITY_DIR, Config("v.yaml")) is None
+    assert conftest.pytest_ignore_collect(ROOT / "conformance" / "test_topology.py", Config(None)) is None
