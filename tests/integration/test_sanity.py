@@ -67,6 +67,7 @@ def test_fake_driver_keeps_every_rule(tmp_path):
 def _with_defects(tmp_path: Path, defects: list[str]) -> Path:
     data = yaml.safe_load(FAKE.read_text())
     data["spec"]["kubeletPlugin"]["args"] += [f"--defect={d}" for d in defects]
+    data["spec"]["manifests"] = [str(FAKE.parent / m) for m in data["spec"].get("manifests", [])]  # beside the copy
     data["metadata"]["name"] = "fake-driver-broken"
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(data))

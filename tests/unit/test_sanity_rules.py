@@ -165,3 +165,20 @@ def test_the_suite_on_a_cluster_never_collects_the_sanity_checks(pytester_or_ski
     assert conftest.pytest_ignore_collect(conftest.SANITY_DIR, Config(None)) is True
     assert conftest.pytest_ignore_collect(conftest.SANITY_DIR, Config("v.yaml")) is None
     assert conftest.pytest_ignore_collect(ROOT / "conformance" / "test_topology.py", Config(None)) is None
+
+
+def test_a_skip_that_says_not_applicable_is_recorded_so(tmp_path):
+    """Where a check has no test request at hand (conformance.under_test's pools), its skip's own words
+    mark it not applicable; any other skip stays a skip."""
+    from types import SimpleNamespace
+
+    from harness.pytest_plugin.plugin import ResultRecorder
+    recorder = ResultRecorder(tmp_path / "results.json")
+    for nodeid, reason in (("t::na", "not applicable: the driver has no such thing"), ("t::skip", "needs 2 devices")):
+        for when in ("setup", "teardown"):
+            recorder.pytest_runtest_logreport(SimpleNamespace(  # type: ignore[arg-type]
+                nodeid=nodeid, duration=0.1, user_properties=[], when=when, passed=False, failed=False,
+                skipped=when == "setup", longrepr=("f", 1, f"Skipped: {reason}") if when == "setup" else None))
+    records = {r["id"]: r for r in json.loads((tmp_path / "results.json").read_text())}
+    assert records["t::na"]["outcome"] == "not applicable"
+    assert records["t::skip"]["outcome"] == "skipped" and records["t::skip"]["message"] == "needs 2 devices"
