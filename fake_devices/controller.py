@@ -204,9 +204,13 @@ class FakeDriver:
     def ensure_device_classes(self) -> list[str]:
         """One DeviceClass per device type present in the profiles (`<instance>-<type>`)."""
         names = []
+        bare = {driver for prof in self.config.profiles.values() if prof.publish.attributes == "none"
+                for driver in render.devices_by_driver(prof, "any", self.drivers)}
         for device_type, driver in self._device_types().items():
             name = f"{self.config.instance}-{device_type}"
-            expression = variants.class_expression(self.config.variant, driver, device_type)
+            # a driver that publishes bare devices has no type attribute to select by: its class is the driver
+            expression = (f'device.driver == "{driver}"' if driver in bare else
+                          variants.class_expression(self.config.variant, driver, device_type))
             spec: dict = {"selectors": [{"cel": {"expression": expression}}]}
             if device_type in self.config.extended_resources:
                 spec["extendedResourceName"] = self.config.extended_resources[device_type]
@@ -487,10 +491,11 @@ class FakeDriver:
             self._slices[node][obj["metadata"]["name"]] = obj
 
     def _refresh(self, node: str) -> None:
-        items = self.resource.list_resource_slice(label_selector=f"{INSTANCE_LABEL}={self.config.instance}",
-                                                  field_selector=f"spec.nodeName={node}").items
+        # the instance's slices, then the node's among them: a network-attached pool's slices name no node
+        found = [self.api.sanitize_for_serialization(i) for i in self.resource.list_resource_slice(
+            label_selector=f"{INSTANCE_LABEL}={self.config.instance}").items]
         with self._lock:
-            self._slices[node] = {i.metadata.name: self.api.sanitize_for_serialization(i) for i in items}
+            self._slices[node] = {obj["metadata"]["name"]: obj for obj in found if _node_of(obj) == node}
 
 
 class _refusal:
@@ -511,7 +516,9 @@ class _refusal:
 def _node_of(obj: dict) -> str:
     """The node whose reconcile owns a slice: its nodeName, or, for a broken variant's slice that
     claims another node, the node it was rendered for."""
-    return (obj["metadata"].get("labels") or {}).get(variants.RENDERED_FOR_LABEL) or obj["spec"].get("nodeName") or ""
+    labels = obj["metadata"].get("labels") or {}
+    return (labels.get(variants.RENDERED_FOR_LABEL) or obj["spec"].get("nodeName") or labels.get(render.RENDERED_FOR_LABEL)
+            or "")
 
 
 def ignore_missing(call, *args, **kwargs) -> None:

@@ -86,6 +86,17 @@ class NicGroup:
 
 
 @dataclass(frozen=True)
+class Publish:
+    """How the driver publishes a node's devices: the shape a real driver may have. `attributes`
+    "none" publishes bare device names (no attributes, no capacity), as drivers whose devices are
+    interchangeable do; `pool` "node" is a node-local pool (nodeName), "nodeSelector" and "allNodes"
+    a network-attached one (no nodeName: a node selector naming the node, or every node)."""
+
+    attributes: str = "all"  # all | none
+    pool: str = "node"  # node | nodeSelector | allNodes
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -95,6 +106,7 @@ class Profile:
     storage: tuple[StorageGroup, ...] = ()
     nics: tuple[NicGroup, ...] = ()
     node_labels: dict[str, str] = field(default_factory=dict)
+    publish: Publish = Publish()
 
     def numa(self, node_id: int) -> NumaNode:
         return next(n for n in self.numa_nodes if n.id == node_id)

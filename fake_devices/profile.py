@@ -23,6 +23,7 @@ from fake_devices.hardware import (
     NicGroup,
     NumaNode,
     Profile,
+    Publish,
     StorageGroup,
 )
 from fake_devices.schema import DNS_LABEL, Reader, is_qualified_name, label_problems, quantity_value, read_header
@@ -84,12 +85,13 @@ def parse(data, source: str) -> Profile:
     gpus = tuple(g for g in (_gpu_group(r, roots, numa_ids) for r in spec.list("gpus")) if g)
     storage = tuple(s for s in (_storage_group(r, roots, numa_ids) for r in spec.list("storage")) if s)
     nics = tuple(n for n in (_nic_group(r, roots, numa_ids) for r in spec.list("nics")) if n)
+    publish = _publish(spec)
     spec.done()
     top.done()
     if not (gpus or storage or nics) and not problems:
         spec.fail("spec", "declares no devices", "at least one of gpus, storage, nics")
 
-    profile = Profile(name or "", description, source, numa_nodes, gpus, storage, nics, node_labels)
+    profile = Profile(name or "", description, source, numa_nodes, gpus, storage, nics, node_labels, publish)
     if not problems:
         _check_names(profile, problems)
     if not problems:
@@ -97,6 +99,20 @@ def parse(data, source: str) -> Profile:
     if problems:
         raise InvalidInput(problems)
     return profile
+
+
+PUBLISH_ATTRIBUTES = ("all", "none")
+PUBLISH_POOLS = ("node", "nodeSelector", "allNodes")
+
+
+def _publish(spec: Reader) -> Publish:
+    """spec.publish: the driver shape (bare devices, network-attached pools); defaults publish everything
+    in a node-local pool."""
+    section = spec.mapping("publish")
+    attributes = section.str("attributes", default="all", choices=PUBLISH_ATTRIBUTES) or "all"
+    pool = section.str("pool", default="node", choices=PUBLISH_POOLS) or "node"
+    section.done()
+    return Publish(attributes, pool)
 
 
 def _node_labels(spec: Reader) -> dict[str, str]:

@@ -246,13 +246,31 @@ def _chunks(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
 
 
+# The node a slice was rendered for: its nodeName says so only for node-local pools.
+RENDERED_FOR_LABEL = "dra-harness.x-k8s.io/rendered-for"
+
+
+def _access(pool: str, node: str) -> dict:
+    """Where a pool's devices are reachable: the node itself, or (network-attached) through a node
+    selector naming it, or from every node."""
+    if pool == "allNodes":
+        return {"allNodes": True}
+    if pool == "nodeSelector":
+        return {"nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}
+    return {"nodeName": node}
+
+
 def render_node(profile: Profile, node: str, drivers: Drivers, *, generation: int = 1,
                 faults: dict[str, str] | None = None, node_uid: str | None = None,
                 instance: str = "default") -> dict[str, list[dict]]:
     """driver -> the ResourceSlice objects of that driver's pool on `node`."""
     output = {}
+    shape = profile.publish
     for driver, (devices, counter_sets) in devices_by_driver(profile, node, drivers).items():
         devices = apply_faults(devices, faults or {})
+        if shape.attributes == "none":  # bare names: nothing a selector could tell them apart by
+            devices = [{k: v for k, v in d.items() if k not in ("attributes", "capacity")} for d in devices]
         limited = any("taints" in d or "consumesCounters" in d for d in devices)
         groups: list[tuple[list, list]] = [(chunk, []) for chunk in
                                            _chunks(devices, MAX_DEVICES_TAINTED_OR_COUNTED if limited else MAX_DEVICES)]
@@ -260,7 +278,7 @@ def render_node(profile: Profile, node: str, drivers: Drivers, *, generation: in
             groups = [([], chunk) for chunk in _chunks(counter_sets, MAX_COUNTER_SETS)] + groups
         slices = []
         for index, (chunk, sets) in enumerate(groups):
-            spec: dict = {"driver": driver, "nodeName": node,
+            spec: dict = {"driver": driver, **_access(shape.pool, node),
                           "pool": {"name": node, "generation": generation, "resourceSliceCount": len(groups)}}
             if sets:
                 spec["sharedCounters"] = sets
@@ -269,6 +287,8 @@ def render_node(profile: Profile, node: str, drivers: Drivers, *, generation: in
             metadata: dict = {"name": slice_name(node, driver, index),
                               "labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL_PROFILE: profile.name,
                                          "dra-harness.x-k8s.io/fake-driver-instance": instance}}
+            if shape.pool != "node":
+                metadata["labels"][RENDERED_FOR_LABEL] = node
             if node_uid:
                 metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid,
                                                 "controller": True}]

@@ -107,6 +107,15 @@ def _bool_map(reader: Reader, key: str) -> dict[str, bool]:
     return result
 
 
+def _beside(profile_name: str, base: Path) -> str:
+    """A profile path relative to the definition's own file (as clusters/shapes/ names theirs), made
+    absolute; a built-in name, an absolute path or a path relative to the working directory as it is."""
+    if profile_name in profiles.builtin_names() or Path(profile_name).is_absolute():
+        return profile_name
+    beside = base / profile_name
+    return str(beside.resolve()) if beside.is_file() else profile_name
+
+
 def parse(data, source: str) -> ClusterDefinition:
     problems: list[Problem] = []
     top = Reader(data, source, "", problems)
@@ -159,6 +168,8 @@ def parse(data, source: str) -> ClusterDefinition:
                           f"{count} nodes (node names are kubernetes.io/hostname label values, at most "
                           f"{MAX_NODE_NAME} characters)")
         loaded = None
+        if profile_name:
+            profile_name = _beside(profile_name, Path(source).parent)
         if profile_name and not profiles.resolve_path(profile_name).exists():
             pool.fail(pool.at("profile"), f"unknown profile {profile_name!r}",
                       ", ".join(profiles.builtin_names()) + ", or a path to a profile file")

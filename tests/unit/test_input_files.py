@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -160,3 +161,15 @@ def test_real_node_socket_limit_on_the_domain_is_exact(tmp_path, monkeypatch):
         cluster.load(definition("d" + fits))
     (problem,) = info.value.problems
     assert problem.field == "spec.driver.domain" and f"a domain of at most {room} characters" in problem.allowed
+
+
+def test_a_definition_names_a_profile_file_relative_to_itself(tmp_path, monkeypatch):
+    """clusters/shapes/*.yaml name their profiles as profiles/<name>.yaml: found beside the definition,
+    from any working directory; the driver is given the absolute path."""
+    from harness.config import cluster as cluster_definitions
+    monkeypatch.chdir(tmp_path)
+    shapes = Path(__file__).resolve().parents[2] / "clusters" / "shapes"
+    loaded = cluster_definitions.load(str(shapes / "bare.yaml"))
+    (pool,) = loaded.pools
+    assert pool.profile is not None and pool.profile.name == "bare-4"
+    assert pool.profile.source == str(shapes / "profiles" / "bare-4.yaml")

@@ -90,7 +90,8 @@ def test_slice_limits(name):
             for counter_set in sets:
                 assert len(counter_set["counters"]) <= 32
             for device in devices:
-                assert len(device["attributes"]) + len(device["capacity"]) <= render.MAX_ATTRIBUTES_AND_CAPACITIES
+                assert len(device.get("attributes", {})) + len(device.get("capacity", {})) <= \
+                    render.MAX_ATTRIBUTES_AND_CAPACITIES
 
 
 @pytest.mark.parametrize("name", BUILTINS)
@@ -101,8 +102,13 @@ def test_pool_bookkeeping(name):
         pools = {(s["spec"]["pool"]["name"], s["spec"]["pool"]["resourceSliceCount"], s["spec"]["pool"]["generation"])
                  for s in driver_slices}
         assert pools == {(NODE, len(driver_slices), 7)}
+        access = {"node": {"nodeName": NODE}, "allNodes": {"allNodes": True},
+                  "nodeSelector": {"nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                      {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}[
+            profile.load(name).publish.pool]
         for s in driver_slices:
-            assert s["spec"]["driver"] == driver and s["spec"]["nodeName"] == NODE
+            assert s["spec"]["driver"] == driver
+            assert {k: s["spec"][k] for k in ("nodeName", "allNodes", "nodeSelector") if k in s["spec"]} == access
             assert s["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": NODE,
                                                          "uid": NODE_UID, "controller": True}]
             assert s["metadata"]["labels"][render.LABEL_PROFILE] == name
@@ -112,6 +118,10 @@ def test_pool_bookkeeping(name):
 @pytest.mark.parametrize("name", BUILTINS)
 def test_topology_attributes(name):
     prof = profile.load(name)
+    if prof.publish.attributes == "none":  # a bare shape: nothing but names
+        assert all(set(d) <= {"name", "consumesCounters", "taints", "allowMultipleAllocations"}
+                   for slices in _render(name).values() for d in _devices(slices))
+        return
     root_numa = {root: n.id for n in prof.numa_nodes for root in n.pcie_roots}
     for driver, slices in _render(name).items():
         for device in _devices(slices):
@@ -139,6 +149,8 @@ def test_topology_attributes(name):
 def test_pci_bus_ids_unique_per_node(name):
     """One PCI function per physical device across all drivers; MIG devices share their GPU's."""
     owners: dict[str, set[str]] = {}
+    if profile.load(name).publish.attributes == "none":
+        pytest.skip(f"{name} publishes no attributes")
     for slices in _render(name).values():
         for device in _devices(slices):
             bus = device["attributes"].get(STD + "pciBusID")
@@ -336,3 +348,36 @@ def test_device_identity_depends_on_node():
     b = _by_name(render.render_node(profile.load("tiny"), "node-b", DRIVERS)[DRIVERS.gpu])["gpu-0"]
     assert a != b["attributes"]["uuid"]
     assert a == _by_name(_render("tiny", faults={"gpu-0": "unhealthy"})[DRIVERS.gpu])["gpu-0"]["attributes"]["uuid"]
+
+
+SHAPES = Path(__file__).resolve().parents[2] / "clusters" / "shapes" / "profiles"
+
+
+def test_bare_shape_publishes_names_only():
+    slices = _render(str(SHAPES / "bare-4.yaml"))[DRIVERS.gpu]
+    assert [d for s in slices for d in s["spec"]["devices"]] == [{"name": f"gpu-{i}"} for i in range(4)]
+    assert slices[0]["spec"]["nodeName"] == NODE and render.RENDERED_FOR_LABEL not in slices[0]["metadata"]["labels"]
+
+
+def test_network_shape_names_its_node_by_selector_and_label():
+    (only,) = _render(str(SHAPES / "net-4.yaml"))[DRIVERS.gpu]
+    assert "nodeName" not in only["spec"] and only["spec"]["nodeSelector"] == {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}
+    assert only["metadata"]["labels"][render.RENDERED_FOR_LABEL] == NODE
+    assert len(only["spec"]["devices"]) == 4 and all(d["attributes"]["uuid"] for d in only["spec"]["devices"])
+
+
+def test_shapes_all_nodes_and_refusals(tmp_path):
+    """publish.pool allNodes: slices for every node, named by the label of the node they were rendered
+    for; an unknown shape is refused naming the field."""
+    text = (SHAPES / "gpu-1.yaml").read_text().replace("name: gpu-1", "name: everywhere")
+    path = tmp_path / "everywhere.yaml"
+    path.write_text(text + "  publish: {pool: allNodes}\n")
+    slices = render.render_node(profile.load(str(path)), NODE, DRIVERS)[DRIVERS.gpu]
+    assert slices[0]["spec"]["allNodes"] is True and "nodeName" not in slices[0]["spec"]
+    assert slices[0]["metadata"]["labels"][render.RENDERED_FOR_LABEL] == NODE
+    path.write_text(text + "  publish: {pool: fabric, attributes: some}\n")
+    with pytest.raises(profile.InvalidInput) as err:
+        profile.load(str(path))
+    fields = {p.field for p in err.value.problems}
+    assert fields == {"spec.publish.pool", "spec.publish.attributes"}, err.value.problems
