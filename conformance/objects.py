@@ -112,8 +112,9 @@ def device_toleration(key: str, *, operator: str = "Equal", value: str | None = 
 
 
 def tolerating(device_request: dict, *tolerations: dict) -> dict:
-    """A copy of an `exactly` request (see request()) that tolerates the given device taints."""
-    exactly = {**device_request["exactly"], "tolerations": [dict(t) for t in tolerations]}
+    """A copy of an `exactly` request (see request()) that also tolerates the given device taints."""
+    exactly = {**device_request["exactly"],
+               "tolerations": [*device_request["exactly"].get("tolerations", []), *(dict(t) for t in tolerations)]}
     return {**device_request, "exactly": exactly}
 
 

@@ -36,9 +36,11 @@ def _slice_node(k8s, driver: str, pool: str) -> str:
     return nodes.pop()
 
 
-def _class_template(k8s, ns: str, name: str, device_class: str, count: int = 1) -> None:
+def _class_template(k8s, ns: str, pool, name: str, device_class: str, count: int = 1) -> None:
+    """A template asking for `count` devices of one of the pool's own classes (through the pool: where
+    devices are pinned by taints, its request tolerates the class's devices)."""
     k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(
-        name, requests=[objects.request(device_class, name=name, count=count)]))
+        name, requests=[pool.request(name, count=count, device_class=device_class)]))
 
 
 def test_pod_with_claims_of_two_classes_gets_both(k8s, dra_namespace, devices_under_test):
@@ -50,7 +52,7 @@ def test_pod_with_claims_of_two_classes_gets_both(k8s, dra_namespace, devices_un
     classes = {"first": (pool.own_class("first", devices=(first,)), first),
                "second": (pool.own_class("second", devices=(second,)), second)}
     for entry, (device_class, _) in classes.items():
-        _class_template(k8s, ns, entry, device_class)
+        _class_template(k8s, ns, pool, entry, device_class)
     k8s.core.create_namespaced_pod(ns, pool.pod(_pod_using("both", "first", "second")))
     pod = checks.running(k8s, ns, "both", timeout=90)
     assert pod.spec.node_name == pool.node
@@ -87,8 +89,8 @@ def test_a_pod_gets_all_its_claims_or_none(k8s, dra_namespace, devices_under_tes
     ns = dra_namespace
     pool = devices_under_test(2)
     first, second = pool.devices
-    _class_template(k8s, ns, "first", pool.own_class("first", devices=(first,)))
-    _class_template(k8s, ns, "second", pool.own_class("second", devices=(second,)), count=2)
+    _class_template(k8s, ns, pool, "first", pool.own_class("first", devices=(first,)))
+    _class_template(k8s, ns, pool, "second", pool.own_class("second", devices=(second,)), count=2)
     k8s.core.create_namespaced_pod(ns, pool.pod(_pod_using("greedy", "first", "second")))
     condition = checks.unschedulable(k8s, ns, "greedy")
     assert checks.every_node_says(condition.message, NO_FIT, [pool.node]), condition.message

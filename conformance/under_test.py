@@ -12,7 +12,9 @@ run by a real kubelet or not):
 
 Requests name the driver's own DeviceClass plus a selector that pins the chosen devices (by an
 attribute whose value no other device of the driver shares, e.g. `uuid`), so a test counts exactly
-the devices it was given, whatever else the driver publishes. Where a test needs a class of its own (an
+the devices it was given, whatever else the driver publishes. Where nothing a selector sees tells the
+devices apart (bare names), DeviceTaintRules, which select by name, taint every other device of the
+driver for the test's turn instead, and requests for some of the test's devices tolerate just those. Where a test needs a class of its own (an
 extendedResourceName, a narrower selector) it makes one over the same devices (`own_class`), labelled
 and deleted at teardown.
 
@@ -35,6 +37,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from conformance import checks, class_selectors, objects
+from fake_devices import faults
 from harness.config.capabilities import consumable, fractional, quantity, ranged
 from harness.core.locking import file_lock
 from harness.k8s import nodes as node_facts
@@ -45,6 +48,8 @@ LABEL = "dra-harness.x-k8s.io/test-class"  # on every DeviceClass a test makes o
 # attributes that name one device, looked for first; any other string/int attribute with distinct values also does
 IDENTITY_ATTRIBUTES = ("uuid", "resource.kubernetes.io/pciBusID", "serial", "index")
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+# The taint of DeviceTaintRules that keep a test to its own devices where no attribute tells them apart.
+PIN_TAINT_KEY = "dra-harness.x-k8s.io/not-this-test"
 FAKE_PROFILES = ((2, "tiny"), (4, "gpu-4"), (8, "dgx-h100"))  # GPUs per node of the fake driver's profiles
 
 
@@ -141,7 +146,7 @@ class DevicePool:
     def __init__(self, k8s: Clients, cluster_objects, unique_name, *, driver: str, device_class: str, node: str,
                  devices: list[Device], identity: tuple[str, str] | None, identity_name: str, kubelet: bool,
                  image: str, pull_policy: str, vendor: bool, fake=None, counter_sets: tuple[CounterSet, ...] = (),
-                 attribute_keys: frozenset[str] = frozenset()):
+                 attribute_keys: frozenset[str] = frozenset(), pin_by_taints: bool = False):
         self.k8s, self._objects, self._unique_name = k8s, cluster_objects, unique_name
         self.driver, self.device_class, self.node = driver, device_class, node
         self.devices, self.kubelet, self.image, self.pull_policy = devices, kubelet, image, pull_policy
@@ -150,6 +155,11 @@ class DevicePool:
         # identity None: no single attribute tells the driver's devices apart (partitions sharing their
         # device's uuid); a device is then pinned by all its attributes (`fingerprint`)
         self._identity, self._identity_name, self._keys = identity, identity_name, attribute_keys
+        # pin_by_taints: the driver's other devices are tainted for the test (`taint_all_but_mine`), so a
+        # request of the driver's class can only get these; a request of some of them tolerates just those
+        self.pin_by_taints = pin_by_taints
+        self._mine_tainted = False
+        self._class_devices: dict[str, tuple] = {}  # own_class name -> its devices (pinned by taints)
 
     # --- asking for devices -----------------------------------------------------------------
 
@@ -168,11 +178,51 @@ class DevicePool:
     def only(self, *devices: Device | str) -> str:
         """CEL true for exactly these devices (default: all the pool's) among all of the driver's."""
         chosen = [d if isinstance(d, Device) else self.device(d) for d in devices] or self.devices
+        if self.pin_by_taints:
+            if {d.name for d in chosen} != set(self.names):  # a selector cannot name a subset: tolerations can
+                self._not_applicable(f"the test selects {len(chosen)} particular device(s) of its {len(self.devices)} "
+                                     f"outside a request, but driver {self.driver} publishes nothing a selector can "
+                                     "tell them apart by (no attribute differs)")
+            return f"device.driver == {json.dumps(self.driver)}"  # the taints keep the test to its own devices
         if self._identity is None:
             return " || ".join(f"({fingerprint(self.driver, d.published, self._keys)})" for d in chosen)
         values = ", ".join(attribute_literal(d.published, self._identity_name) for d in chosen)
         cel = self._identity[0]
         return f"has({cel}) && {cel} in [{values}]"
+
+    def taint_all_but_mine(self) -> None:
+        """A NoSchedule DeviceTaintRule of this test for every other pool of the driver and every other device
+        of this pool: no request of the test can be given a device that is not its own. The rules are
+        deleted with the test's other cluster objects, before its turn at the devices ends."""
+        mine = {(d.pool, d.name) for d in self.devices}
+        made = 0
+        pools: dict[str, set[str]] = {}
+        for s in _newest_slices([self.k8s.api_client.sanitize_for_serialization(s) for s in
+                                 self.k8s.resource.list_resource_slice(field_selector=f"spec.driver={self.driver}").items]):
+            pools.setdefault(s["spec"]["pool"]["name"], set()).update(d["name"] for d in s["spec"].get("devices") or [])
+        for pool, names in sorted(pools.items()):
+            selectors: list[tuple[str, str | None]] = [(pool, None)] if not any(p == pool for p, _ in mine) else \
+                [(pool, name) for name in sorted(names) if (pool, name) not in mine]
+            for pool_name, device in selectors:
+                made += 1
+                self._objects.device_taint_rule(faults.taint_rule(
+                    self._unique_name(f"not-mine-{made}"), "NoSchedule", driver=self.driver, pool=pool_name,
+                    device=device, key=PIN_TAINT_KEY, value="another-test-owns-this-turn"))
+
+    def _taint_each_of_mine(self) -> None:
+        """Each of the pool's devices tainted with its own pin value (once): from now on a request gets only
+        the devices it tolerates, which `request` makes exactly those it asks for."""
+        if self._mine_tainted:
+            return
+        self._mine_tainted = True
+        for index, device in enumerate(self.devices):
+            self._objects.device_taint_rule(faults.taint_rule(
+                self._unique_name(f"pin-{index}"), "NoSchedule", driver=self.driver, pool=device.pool,
+                device=device.name, key=PIN_TAINT_KEY, value=device.name))
+
+    @staticmethod
+    def _not_applicable(why: str):
+        pytest.skip(f"not applicable: {why}")  # the results record it so (a skip that says "not applicable:")
 
     def device(self, name: str) -> Device:
         for d in self.devices:
@@ -183,8 +233,19 @@ class DevicePool:
     def request(self, name: str = "gpu", *, count: int = 1, devices: tuple = (), selectors=(),
                 capacity: dict | None = None, device_class: str | None = None) -> dict:
         """An `exactly` request of the driver's class, limited to the pool's devices (or `devices`)."""
-        return objects.request(device_class or self.device_class, name=name, count=count, capacity=capacity,
-                               selectors=[self.only(*devices), *selectors])
+        devices = devices or self._class_devices.get(device_class or "", ())
+        if not self.pin_by_taints:
+            return objects.request(device_class or self.device_class, name=name, count=count, capacity=capacity,
+                                   selectors=[self.only(*devices), *selectors])
+        # Pinned by taints: a request tolerates the pin taints of its own devices only; the pool's devices get
+        # those taints (one value per device) the first time a test asks for some of them, not all.
+        chosen = [d if isinstance(d, Device) else self.device(d) for d in devices] or self.devices
+        if {d.name for d in chosen} != set(self.names):
+            self._taint_each_of_mine()
+        body = objects.request(device_class or self.device_class, name=name, count=count, capacity=capacity,
+                               selectors=[self.only(), *selectors])
+        return objects.tolerating(body, *(objects.device_toleration(PIN_TAINT_KEY, operator="Equal", value=d.name,
+                                                                    effect="NoSchedule") for d in chosen))
 
     def template(self, name: str, *, count: int = 1, devices: tuple = (), selectors=(), entry: str = "gpu") -> dict:
         return objects.claim_template(name, requests=[self.request(entry, count=count, devices=devices,
@@ -197,6 +258,9 @@ class DevicePool:
         name = self._unique_name(prefix)
         body = objects.device_class(name, self.driver, extended_resource_name=extended_resource_name)
         body["metadata"]["labels"] = {LABEL: "true"}
+        if self.pin_by_taints and devices:  # a class cannot tolerate: the requests of `request(device_class=)` do
+            self._class_devices[name] = tuple(devices)
+            devices = ()
         body["spec"]["selectors"] += [{"cel": {"expression": e}} for e in (self.only(*devices), *selectors)]
         self._objects.device_class(body)
         return name
@@ -283,11 +347,15 @@ def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | No
                              if s.spec.driver in drivers])
     used = in_use(k8s)
     ruled = blocking_rule_selectors(k8s)
+    labels = None  # node -> labels, read once if some pool is network-attached
     found: dict[tuple[str, str], list[Device]] = {}
     for s in slices:
-        node = s["spec"].get("nodeName")
-        if not node:
-            continue
+        reachable = [s["spec"]["nodeName"]] if s["spec"].get("nodeName") else None
+        if reachable is None:
+            if labels is None:
+                labels = {n.metadata.name: dict(n.metadata.labels or {}) for n in k8s.core.list_node().items
+                          if not n.spec.unschedulable}
+            reachable = reachable_nodes(s["spec"], labels)
         for device in s["spec"].get("devices") or []:
             key = (s["spec"]["driver"], s["spec"]["pool"]["name"], device["name"])
             if selected is not None and key not in selected or key in used or device.get("consumesCounters"):
@@ -296,10 +364,33 @@ def free_devices(k8s: Clients, drivers, selected: set[tuple[str, str, str]] | No
                 continue
             if any(t.get("effect") in BLOCKING_EFFECTS for t in device.get("taints") or []) or _ruled_out(key, ruled):
                 continue
-            found.setdefault((key[0], node), []).append(Device(key[0], key[1], key[2], node, device))
+            for node in reachable:
+                found.setdefault((key[0], node), []).append(Device(key[0], key[1], key[2], node, device))
     for devices in found.values():
         devices.sort(key=lambda d: (len(d.name), d.name))
     return found
+
+
+def reachable_nodes(spec: dict, labels: dict[str, dict[str, str]]) -> list[str]:
+    """The nodes from which a network-attached pool's devices can be used: every node (allNodes), or those
+    its node selector matches (matchExpressions on labels, matchFields on metadata.name; the terms ORed)."""
+    if spec.get("allNodes"):
+        return sorted(labels)
+    terms = (spec.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+    return sorted(node for node, have in labels.items() if any(_term_matches(t, node, have) for t in terms))
+
+
+def _term_matches(term: dict, node: str, labels: dict[str, str]) -> bool:
+    def holds(requirement: dict, value: str | None) -> bool:
+        op, values = str(requirement.get("operator")), requirement.get("values") or []
+        return {"In": value in values, "NotIn": value not in values, "Exists": value is not None,
+                "DoesNotExist": value is None}.get(op, False)
+
+    expressions, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not expressions and not fields:
+        return False  # an empty term matches nothing (core/v1 NodeSelectorTerm)
+    return all(holds(r, labels.get(r["key"])) for r in expressions) and \
+        all(r.get("key") == "metadata.name" and holds(r, node) for r in fields)
 
 
 def all_devices(k8s: Clients, driver: str) -> list[dict]:
@@ -380,14 +471,24 @@ def vendor_pool(k8s: Clients, vendor, cluster_facts, count: int, make) -> Device
                     f"(each standing alone: no shared counters, no blocking taint, not allocated); found: "
                     f"{', '.join(seen) or 'none'}")
     _, driver, device_class, node, devices, kubelet = best
-    identity = identity_attribute(driver, all_devices(k8s, driver))
-    if identity is None:
-        pytest.skip(f"driver {driver} publishes no attribute whose value tells its devices apart (e.g. uuid): a "
-                    "test cannot ask for particular devices")
-    name = _identity_name(driver, devices, identity[0])
-    return make(driver=driver, device_class=device_class, node=node, devices=devices[:count], identity=identity,
-                identity_name=name, kubelet=kubelet, image=vendor.test_image,
-                pull_policy="Never" if vendor.default_image else "IfNotPresent", vendor=True)
+    published = all_devices(k8s, driver)
+    identity = identity_attribute(driver, published)
+    options = dict(driver=driver, device_class=device_class, node=node, devices=devices[:count], kubelet=kubelet,
+                   image=vendor.test_image, pull_policy="Never" if vendor.default_image else "IfNotPresent",
+                   vendor=True)
+    if identity is not None:
+        return make(**options, identity=identity, identity_name=_identity_name(driver, devices, identity[0]))
+    if fingerprints_unique(published):  # each device told apart by all its attributes together
+        return make(**options, identity=None, identity_name="", attribute_keys=fingerprint_keys(published))
+    # Nothing a selector sees tells the devices apart (bare names, identical attributes): every other device
+    # of the driver is tainted for this test's turn (DeviceTaintRules select by name), so the scheduler can
+    # only give the test its own devices, whichever of them it picks.
+    if cluster_facts.gate("DRADeviceTaintRules") is False:
+        pytest.skip(f"driver {driver} publishes no attribute that tells its devices apart, and the cluster's "
+                    "DRADeviceTaintRules gate is off: the suite cannot keep a test to its own devices")
+    pool = make(**options, identity=None, identity_name="", pin_by_taints=True)
+    pool.taint_all_but_mine()
+    return pool
 
 
 def _identity_name(driver: str, devices: list[Device], cel: str) -> str:

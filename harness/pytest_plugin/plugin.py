@@ -292,10 +292,13 @@ class ResultRecorder:
             entry.outcome = "xpassed"
             entry.message = f"expected to fail, passed: {expected_failure}"
         elif report.skipped and entry.outcome != "failed":
-            not_applicable = dict(report.user_properties).get("dra_not_applicable")
+            reason = (report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+                      ).removeprefix("Skipped: ")
+            # recorded as a property, or said by the skip itself (where no test request is at hand)
+            not_applicable = dict(report.user_properties).get("dra_not_applicable") or \
+                reason.startswith("not applicable: ")
             entry.outcome = "not applicable" if not_applicable else "skipped"
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            entry.message = reason.removeprefix("Skipped: ")
+            entry.message = reason
         elif report.failed:
             entry.outcome = "failed"
             crash = getattr(report.longrepr, "reprcrash", None)

@@ -264,3 +264,75 @@ def test_blocking_rules_rule_out_the_devices_they_select():
     everything = blocking_rule_selectors(NS(resource=NS(list_device_taint_rule=lambda: NS(items=[empty]))))
     assert _ruled_out(("any.example.com", "p", "d"), everything)
     assert blocking_rule_selectors(NS(resource=NS(list_device_taint_rule=lambda: NS(items=[rule("NoSchedule")])))) == []
+
+
+# --- devices nothing tells apart: pinned by DeviceTaintRules; network-attached pools ------------
+
+def test_network_attached_pools_are_reachable_from_the_nodes_their_selector_names():
+    from conformance.under_test import reachable_nodes
+    labels = {"a": {"kubernetes.io/hostname": "a", "zone": "z1"}, "b": {"kubernetes.io/hostname": "b", "zone": "z2"}}
+    assert reachable_nodes({"allNodes": True}, labels) == ["a", "b"]
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z2"]}]}
+    assert reachable_nodes({"nodeSelector": {"nodeSelectorTerms": [term]}}, labels) == ["b"]
+    fields = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["b"]}]}
+    assert reachable_nodes({"nodeSelector": {"nodeSelectorTerms": [fields]}}, labels) == ["a"]
+    exists = {"matchExpressions": [{"key": "zone", "operator": "Exists"}, {"key": "gpu", "operator": "DoesNotExist"}]}
+    assert reachable_nodes({"nodeSelector": {"nodeSelectorTerms": [exists]}}, labels) == ["a", "b"]
+    assert reachable_nodes({"nodeSelector": {"nodeSelectorTerms": [{}]}}, labels) == []  # an empty term: none
+    assert reachable_nodes({}, labels) == []
+
+
+class _Objects:
+    """Stands in for the test's cluster objects: records the DeviceTaintRules a pool makes."""
+
+    def __init__(self):
+        self.rules: list[dict] = []
+
+    def device_taint_rule(self, body: dict):
+        self.rules.append(body)
+
+    def device_class(self, body: dict):
+        pass
+
+
+def _bare_pool(objects_made: _Objects, count: int = 2):
+    from conformance.under_test import Device, DevicePool
+    devices = [Device(DRIVER, "node-a", f"gpu-{i}", "node-a", {"name": f"gpu-{i}"}) for i in range(count)]
+    return DevicePool(None, objects_made, lambda prefix: f"{prefix}-x", driver=DRIVER, device_class="bare",  # type: ignore[arg-type]
+                      node="node-a", devices=devices, identity=None, identity_name="", kubelet=False, image="i",
+                      pull_policy="Never", vendor=True, pin_by_taints=True)
+
+
+def test_a_pool_pinned_by_taints_tolerates_exactly_the_devices_each_request_asks_for():
+    from conformance.under_test import PIN_TAINT_KEY
+    made = _Objects()
+    pool = _bare_pool(made)
+    whole = pool.request("all", count=2)
+    assert whole["exactly"]["selectors"] == [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]
+    assert [t["value"] for t in whole["exactly"]["tolerations"]] == ["gpu-0", "gpu-1"]
+    assert made.rules == []  # no subset asked for yet: the pool's own devices stay untainted
+    one = pool.request("one", devices=(pool.devices[1],))
+    assert [(t["key"], t["operator"], t["value"], t["effect"]) for t in one["exactly"]["tolerations"]] == [
+        (PIN_TAINT_KEY, "Equal", "gpu-1", "NoSchedule")]
+    # now each device carries its own pin value, once
+    assert [(r["spec"]["deviceSelector"]["device"], r["spec"]["taint"]["value"]) for r in made.rules] == [
+        ("gpu-0", "gpu-0"), ("gpu-1", "gpu-1")]
+    pool.request("again", devices=(pool.devices[0],))
+    assert len(made.rules) == 2
+
+
+def test_an_own_class_of_some_devices_is_pinned_through_its_requests():
+    made = _Objects()
+    pool = _bare_pool(made)
+    name = pool.own_class("first", devices=(pool.devices[0],))
+    request = pool.request("first", device_class=name)
+    assert request["exactly"]["deviceClassName"] == name
+    assert [t["value"] for t in request["exactly"]["tolerations"]] == ["gpu-0"]
+
+
+def test_a_subset_outside_a_request_is_not_applicable():
+    import pytest
+    pool = _bare_pool(_Objects())
+    assert pool.only() == f'device.driver == "{DRIVER}"'
+    with pytest.raises(pytest.skip.Exception, match="^not applicable: the test selects 1 particular device"):
+        pool.only(pool.devices[0])
