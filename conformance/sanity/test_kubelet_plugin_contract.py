@@ -7,6 +7,7 @@ Each check's failure starts with its rule id and names the driver, node, claim a
 
 from __future__ import annotations
 
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from conformance import driver_checks
 from conformance.sanity.conftest import NODE, OTHER_NODE, KubeletView, fail, not_applicable
-from harness.sanity import cdi, kubelet
+from harness.sanity import cdi, kubelet, slicewatch
 from harness.sanity.kubelet import ClaimRef
 from harness.sanity.target import NAMESPACE, NODES
 
@@ -407,3 +408,35 @@ def test_pools_are_consistent(sanity, driver):
     defects = driver_checks.invalid_pools(sanity.slices(driver))
     if defects:
         fail("KP-SLICES-POOL", f"driver {driver}: " + "; ".join(defects[:10]))
+
+
+# --- slices over time (last: the restarts above republished them) -----------------------------------
+
+REPUBLISH_BOUND = 10.0  # seconds a pool may be incomplete while it is (re)published
+
+
+def _watched(request, sanity, driver):
+    watch = sanity.slice_watch
+    events = [e for e in watch.snapshot() if e.slice["spec"]["driver"] == driver] if watch else []
+    if not events:  # judging nothing is no pass
+        not_applicable(request, f"the watch of {driver}'s slices saw no event"
+                       + (f": {watch.error}" if watch and watch.error else ""))
+    request.node.user_properties.append(("slice_events", len(events)))
+    return events
+
+
+def test_changes_come_with_a_new_generation(request, sanity, driver):
+    events = _watched(request, sanity, driver)
+    defects = slicewatch.same_generation_changes(events)
+    if defects:
+        fail("KP-SLICES-GENERATION", f"driver {driver}: " + "; ".join(defects[:10])
+             + (f" ({sanity.slice_watch.error})" if sanity.slice_watch.error else ""))
+
+
+def test_pools_are_never_incomplete_for_long(request, sanity, driver):
+    events = _watched(request, sanity, driver)
+    spells = slicewatch.incomplete_spells(events, until=time.monotonic())
+    long = {f"{d}/{p}": round(s, 1) for (d, p), s in sorted(spells.items()) if s > REPUBLISH_BOUND}
+    if long:
+        fail("KP-SLICES-REPUBLISH", f"driver {driver}: pools incomplete for longer than {REPUBLISH_BOUND:.0f}s "
+             f"(seconds, longest spell) {long}, watched over {len(events)} slice events")

@@ -191,6 +191,20 @@ RULES: tuple[Rule, ...] = (
          (f"{API} resource/v1/types.go: ResourcePool.Generation, ResourcePool.ResourceSliceCount",
           "kubernetes/kubernetes#141117 (a pool's result depended on slice order)"),
          "test_pools_are_consistent", "slices"),
+    Rule("KP-SLICES-GENERATION", "MUST",
+         "A slice never changes its devices, counters or node access while keeping its pool generation: a change "
+         "of a pool's resources comes with a new generation.",
+         (f"{API} resource/v1/types.go: ResourcePool.Generation (\"Whenever a driver changes something about one "
+          "or more of the resources in a pool, it must change the generation in all ResourceSlices\")",),
+         "test_changes_come_with_a_new_generation", "slices"),
+    Rule("KP-SLICES-REPUBLISH", "SHOULD",
+         "While the plugin publishes and republishes (its starts and restarts in this run), no pool stays incomplete "
+         "(fewer slices of its newest generation than resourceSliceCount, or slices that disagree on it) for more "
+         "than 10 s.",
+         (f"{API} resource/v1/types.go: ResourcePool.Generation (\"enables consumers to detect pools ... in an "
+          "incomplete state\"), ResourcePool.ResourceSliceCount",
+          "kubernetes/kubernetes#141117 (a pool's result depended on slice order)"),
+         "test_pools_are_never_incomplete_for_long", "slices"),
 )
 
 BY_ID = {rule.id: rule for rule in RULES}

@@ -37,6 +37,7 @@ from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.sanity import kubelet
 from harness.sanity.kubelet import ClaimRef
+from harness.sanity.slicewatch import SliceWatch
 
 NODES = ("kwok-node-0", "kwok-node-1")  # the local backend's names for two simulated nodes
 NAMESPACE = "dra-sanity"
@@ -102,6 +103,7 @@ class SanityTarget:
     dirs: dict[str, NodeDirs] = field(default_factory=dict)
     plugins: dict[str, VendorPlugin] = field(default_factory=dict)
     classes: dict[str, str] = field(default_factory=dict)  # driver -> the DeviceClass this run made for it
+    slice_watch: SliceWatch | None = None
     _serial: int = 0
 
     # --- set-up and tear-down ---------------------------------------------------------------------
@@ -119,6 +121,8 @@ class SanityTarget:
             self.kubeconfig = Path(info.kubeconfig)
             self.clients = Clients(self.kubeconfig)
             self._namespace()
+            # every event of the drivers' slices from before the first start: the publication rules over time
+            self.slice_watch = SliceWatch(self.clients.api_client, self.vendor.drivers).start()
             for driver in self.vendor.drivers:
                 self.classes[driver] = self._device_class(driver)
             for index, node in enumerate(NODES):
@@ -138,6 +142,8 @@ class SanityTarget:
         for plugin in self.plugins.values():
             left += plugin.stop()
         self.plugins.clear()
+        if self.slice_watch is not None:
+            self.slice_watch.stop()
         if self.clients is not None:
             self.clients.close()
             self.clients = None

@@ -182,3 +182,35 @@ def test_a_skip_that_says_not_applicable_is_recorded_so(tmp_path):
     records = {r["id"]: r for r in json.loads((tmp_path / "results.json").read_text())}
     assert records["t::na"]["outcome"] == "not applicable"
     assert records["t::skip"]["outcome"] == "skipped" and records["t::skip"]["message"] == "needs 2 devices"
+
+
+def _slice(name: str, generation: int, count: int = 1, devices=("d0",), pool: str = "p") -> dict:
+    return {"metadata": {"name": name}, "spec": {"driver": "d.example.com", "nodeName": "n",
+                                                 "pool": {"name": pool, "generation": generation,
+                                                          "resourceSliceCount": count},
+                                                 "devices": [{"name": d} for d in devices]}}
+
+
+def test_a_change_that_keeps_its_generation_is_named():
+    from harness.sanity.slicewatch import Event, same_generation_changes
+    fine = [Event(0, "ADDED", _slice("s", 1)), Event(1, "MODIFIED", _slice("s", 2, devices=("d0", "d1"))),
+            Event(2, "MODIFIED", _slice("s", 2, devices=("d0", "d1"))),  # a resync without a change
+            Event(3, "DELETED", _slice("s", 2)), Event(4, "ADDED", _slice("s", 1, devices=("x",)))]  # a reset
+    assert same_generation_changes(fine) == []
+    broken = [Event(0, "ADDED", _slice("s", 3)), Event(1, "MODIFIED", _slice("s", 3, devices=("d0", "d9")))]
+    assert same_generation_changes(broken) == [
+        "slice s of pool d.example.com/p changed its devices and kept generation 3"]
+
+
+def test_incomplete_spells_of_a_pool_are_timed():
+    from harness.sanity.slicewatch import Event, incomplete_spells
+    events = [Event(0.0, "ADDED", _slice("a", 1, count=2)),            # 1 of 2: incomplete from 0
+              Event(0.5, "ADDED", _slice("b", 1, count=2)),            # complete at 0.5
+              Event(10.0, "MODIFIED", _slice("a", 2, count=2)),        # gen 2: 1 of 2 from 10
+              Event(22.0, "MODIFIED", _slice("b", 2, count=2)),        # complete at 22: 12 s
+              Event(30.0, "MODIFIED", _slice("b", 3, count=1)),        # disagreeing counts? newest gen 3 alone, count 1
+              Event(31.0, "DELETED", _slice("a", 2, count=2)), Event(31.5, "DELETED", _slice("b", 3, count=1))]
+    spells = incomplete_spells(events, until=40.0)
+    assert spells == {("d.example.com", "p"): 12.0}
+    still = incomplete_spells([Event(5.0, "ADDED", _slice("a", 1, count=3))], until=20.0)
+    assert still == {("d.example.com", "p"): 15.0}
