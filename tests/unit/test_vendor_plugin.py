@@ -83,8 +83,8 @@ STAND_IN = """#!/bin/sh
 echo "plugin for $1 starting with ACME=$ACME"
 [ "$ACME" = fail ] && { echo "cannot open device"; exit 3; }
 sh -c 'trap "" TERM; while :; do sleep 0.2; done' &
-mkdir -p "$2" && : > "$2/gpu.acme.example-reg.sock"
-[ "$ACME" = silent ] && rm "$2/gpu.acme.example-reg.sock"
+mkdir -p "$2"
+[ "$ACME" = silent ] || : > "$2/gpu.acme.example-reg.sock"   # silent never registers (no file, not even briefly)
 while :; do sleep 0.2; done
 """
 
@@ -144,8 +144,12 @@ def test_a_plugin_that_exits_is_reported_with_its_log(tmp_path):
 def test_a_plugin_that_never_registers_times_out_and_is_stopped(tmp_path):
     plugin = _plugin(tmp_path, {"ACME": "silent"})
     started = time.monotonic()
-    with pytest.raises(ComponentError) as caught:
-        plugin.start(timeout=1.5)
+    try:
+        with pytest.raises(ComponentError) as caught:
+            plugin.start(timeout=1.5)
+    finally:
+        left = plugin.stop(kill=True)  # whatever happened, no stand-in outlives the test
+    assert not left
     assert time.monotonic() - started < 15
     assert f"not ready after 2s: no a registration socket of gpu.acme.example in {tmp_path}/reg" in str(caught.value)
     assert plugin.running() is None  # nothing left behind
