@@ -75,11 +75,7 @@ def real_node_cluster(tmp_path_factory):
     """A local cluster of its own with one real node and one simulated node, shared by this module's
     vendor runs (each leaves it as it found it); (env, name, kubeconfig, log)."""
     from harness.backends.local.realnode import preflight
-    from harness.binaries import exampledriver
 
-    if exampledriver.locate() is None:
-        pytest.skip(f"dra-example-driver v{exampledriver.VERSION} is not built (`make example-driver` builds it "
-                    "from the Go module proxy; it needs go)")
     if problems := preflight.problems():
         pytest.skip("this machine cannot run a real node: " + "; ".join(problems))
     tmp_path = tmp_path_factory.mktemp("vendor-cluster")
@@ -99,7 +95,52 @@ def real_node_cluster(tmp_path_factory):
         assert down.returncode == 0, log.read_text()[-4000:]
 
 
-def test_example_driver_in_vendor_mode(real_node_cluster, tmp_path):
+@pytest.fixture
+def example_driver():
+    from harness.binaries import exampledriver
+
+    if exampledriver.locate() is None:
+        pytest.skip(f"dra-example-driver v{exampledriver.VERSION} is not built (`make example-driver` builds it "
+                    "from the Go module proxy; it needs go)")
+
+
+FAKE_VENDOR_FILE = REPO / "clusters" / "vendors" / "fake-driver.yaml"
+FAKE_PLUGIN_DRIVER = "gpu.vendor.dra-harness.x-k8s.io"
+MIN_TESTS_ALLOCATING_FAKE_PLUGIN_DEVICES = 25  # measured: 28 (docs/vendor-guide.md)
+
+
+def test_the_guides_walkthrough_with_a_driver_that_is_not_the_example(real_node_cluster, tmp_path):
+    """The vendor guide's steps as written, for the fake driver's own kubelet plugin described as a vendor
+    would (clusters/vendors/fake-driver.yaml: it publishes its node's slices itself): the run creates its
+    class, starts the plugin on the real node, the suite passes with its devices, and nothing is left."""
+    from harness.k8s.client import Clients
+
+    env, name, kubeconfig, log = real_node_cluster
+    run = _cli(["conformance", "run", "--backend", "existing", "--kubeconfig", str(kubeconfig), "-n", "2",
+                "--driver-config", str(FAKE_VENDOR_FILE), "--report-dir", str(tmp_path / "reports")], env, log,
+               RUN_TIMEOUT)
+    results = json.loads((tmp_path / "reports" / "results.json").read_text())
+    k8s = Clients(kubeconfig)
+    try:
+        assert not k8s.resource.list_resource_slice(field_selector=f"spec.driver={FAKE_PLUGIN_DRIVER}").items
+        assert not k8s.resource.list_device_class(field_selector="metadata.name=vendor-gpu").items
+    finally:
+        k8s.close()
+    failed = [r for r in results if r["outcome"] in ("failed", "xpassed")]
+    assert run.returncode == 0 and not failed, (
+        "unexpected failures:\n" + _explain(failed, tmp_path / "reports", kubeconfig.parent / "logs")
+        + "\n" + log.read_text()[-3000:])
+    allocating = sorted(r["id"] for r in results if r["outcome"] == "passed"
+                        and FAKE_PLUGIN_DRIVER in (r["properties"].get("dra_allocated_drivers") or []))
+    assert len(allocating) >= MIN_TESTS_ALLOCATING_FAKE_PLUGIN_DEVICES, allocating
+    by_name = {r["id"].rsplit("::", 1)[1]: r["outcome"] for r in results}
+    for kubelet_check in ("test_kubelet_prepares_and_unprepares_the_drivers_claims",
+                          "test_container_receives_the_cdi_edits_of_its_claim", "test_plugin_restart_keeps_prepared_claims",
+                          "test_plugin_health_reaches_allocated_resources_status"):
+        assert by_name.get(kubelet_check) == "passed", (kubelet_check, by_name.get(kubelet_check))
+
+
+def test_example_driver_in_vendor_mode(real_node_cluster, example_driver, tmp_path):
     from harness.k8s.client import Clients
 
     env, name, kubeconfig, log = real_node_cluster
@@ -179,7 +220,7 @@ MODES = {  # vendor file, the test module run on its devices, the features of th
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_example_driver_in_its_other_modes(real_node_cluster, tmp_path, mode):
+def test_example_driver_in_its_other_modes(real_node_cluster, example_driver, tmp_path, mode):
     """--gpu-partitions=4 (shared counter sets and partitions: DRAPartitionableDevices) and
     --gpu-allow-multiple-allocations (shareable GPUs with request policies: DRAConsumableCapacity): the
     tests of that feature run on the example driver's devices, and the driver checks pass (partitions
