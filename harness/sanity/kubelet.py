@@ -124,18 +124,22 @@ def notify(socket: Path, registered: bool, error: str = "", timeout: float = 10.
         registration_grpc.RegistrationStub(channel).NotifyRegistrationStatus(status, timeout=timeout)
 
 
-def _claims(proto, claims: list[ClaimRef]):
-    return [proto.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+def _call(endpoint: str, service: str, method: str, claims: list[ClaimRef], timeout: float):
+    """One DRAPlugin call with these claims: (response, "") or (None, the gRPC status of a failed call)."""
+    proto, stubs = _PROTOS[service]
+    request = getattr(proto, f"{method}Request")(claims=[proto.Claim(namespace=c.namespace, name=c.name, uid=c.uid)
+                                                         for c in claims])
+    with _channel(endpoint) as channel:
+        try:
+            return getattr(stubs.DRAPluginStub(channel), method)(request, timeout=timeout), ""
+        except grpc.RpcError as err:
+            return None, _status(err)
 
 
 def prepare(endpoint: str, service: str, claims: list[ClaimRef], timeout: float = CALL_TIMEOUT) -> Answer:
-    proto, stubs = _PROTOS[service]
-    with _channel(endpoint) as channel:
-        try:
-            response = stubs.DRAPluginStub(channel).NodePrepareResources(
-                proto.NodePrepareResourcesRequest(claims=_claims(proto, claims)), timeout=timeout)
-        except grpc.RpcError as err:
-            return Answer(call_error=_status(err))
+    response, error = _call(endpoint, service, "NodePrepareResources", claims, timeout)
+    if response is None:
+        return Answer(call_error=error)
     answer = Answer()
     for uid, result in response.claims.items():
         answer.claims[uid] = result.error
@@ -148,13 +152,9 @@ def prepare(endpoint: str, service: str, claims: list[ClaimRef], timeout: float 
 
 
 def unprepare(endpoint: str, service: str, claims: list[ClaimRef], timeout: float = CALL_TIMEOUT) -> Answer:
-    proto, stubs = _PROTOS[service]
-    with _channel(endpoint) as channel:
-        try:
-            response = stubs.DRAPluginStub(channel).NodeUnprepareResources(
-                proto.NodeUnprepareResourcesRequest(claims=_claims(proto, claims)), timeout=timeout)
-        except grpc.RpcError as err:
-            return Answer(call_error=_status(err))
+    response, error = _call(endpoint, service, "NodeUnprepareResources", claims, timeout)
+    if response is None:
+        return Answer(call_error=error)
     return Answer(claims={uid: result.error for uid, result in response.claims.items()})
 
 

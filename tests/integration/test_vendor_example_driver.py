@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_runs import cli as _cli  # tests/integration/cli_runs.py
 
 from harness.core import files, paths
 
@@ -36,14 +37,6 @@ DRIVER = "gpu.example.com"
 MIN_TESTS_ALLOCATING_EXAMPLE_DEVICES = 15
 UP_TIMEOUT = 900  # a cold real node on a loaded two-core machine
 RUN_TIMEOUT = 1500
-
-
-def _cli(args: list[str], env: dict, log: Path, timeout: float) -> subprocess.CompletedProcess:
-    with open(log, "a") as handle:
-        handle.write(f"\n$ dra-harness {' '.join(args)}\n")
-        handle.flush()
-        return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=REPO, env=env, stdout=handle,
-                              stderr=subprocess.STDOUT, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def _explain(failed: list[dict], reports: Path, logs: Path) -> str:

@@ -214,3 +214,53 @@ def test_incomplete_spells_of_a_pool_are_timed():
     assert spells == {("d.example.com", "p"): 12.0}
     still = incomplete_spells([Event(5.0, "ADDED", _slice("a", 1, count=3))], until=20.0)
     assert still == {("d.example.com", "p"): 15.0}
+
+
+def test_the_kubelet_side_reads_answers_and_call_errors(tmp_path):
+    """prepare/unprepare over a real unix socket against a canned DRAPlugin v1: devices and per-claim
+    errors come back as records; a call that fails as a whole is its gRPC status."""
+    import tempfile
+    from concurrent import futures
+
+    import grpc
+
+    from fake_devices.kubeletplugin.generated import dra_v1_pb2 as pb
+    from fake_devices.kubeletplugin.generated import dra_v1_pb2_grpc as pb_grpc
+    from harness.sanity import kubelet
+    from harness.sanity.kubelet import ClaimRef
+
+    class Canned(pb_grpc.DRAPluginServicer):
+        def NodePrepareResources(self, request, context):
+            if any(c.name == "boom" for c in request.claims):
+                context.abort(grpc.StatusCode.UNAVAILABLE, "retrieve claim: gone")
+            answer = pb.NodePrepareResourcesResponse()
+            for claim in request.claims:
+                answer.claims[claim.uid].devices.add(request_names=["gpu"], pool_name="p", device_name="d0",
+                                                     cdi_device_ids=["v.x/c=1"], share_id="s1")
+            return answer
+
+        def NodeUnprepareResources(self, request, context):
+            answer = pb.NodeUnprepareResourcesResponse()
+            for claim in request.claims:
+                answer.claims[claim.uid].error = "" if claim.name == "ok" else "not prepared"
+            return answer
+
+    socket = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp")) / "dra.sock"  # short: unix socket paths
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_DRAPluginServicer_to_server(Canned(), server)
+    server.add_insecure_port(f"unix:{socket}")
+    server.start()
+    try:
+        answer = kubelet.prepare(str(socket), "v1.DRAPlugin", [ClaimRef("ns", "a", "u1")], timeout=10)
+        assert answer.ok("u1") and answer.devices["u1"] == [
+            kubelet.PreparedDevice("p", "d0", ("gpu",), ("v.x/c=1",), "s1")]
+        failed = kubelet.prepare(str(socket), "v1.DRAPlugin", [ClaimRef("ns", "boom", "u2")], timeout=10)
+        assert failed.refused("u2") and failed.call_error == "UNAVAILABLE: retrieve claim: gone"
+        assert "the call failed" in failed.describe("u2")
+        undone = kubelet.unprepare(str(socket), "v1.DRAPlugin", [ClaimRef("ns", "ok", "u3"), ClaimRef("ns", "x", "u4")],
+                                   timeout=10)
+        assert undone.ok("u3") and not undone.ok("u4") and undone.describe("u4") == "error 'not prepared'"
+    finally:
+        server.stop(0)
+        socket.unlink(missing_ok=True)
+        socket.parent.rmdir()
