@@ -15,9 +15,9 @@ run: install binaries
 	$(BIN)/dra-harness run --report-dir $(REPORT_DIR)
 
 # The harness's own tests and the conformance suite, on a local cluster started for the run; the 25
-# slowest tests are listed at the end (where CI's time goes).
+# slowest tests are listed at the end (where CI's time goes). --dist loadgroup: tests marked xdist_group(name) share one worker.
 test: install binaries wirecompat example-driver
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --durations=25 tests conformance
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 tests conformance
 
 # The suite on a kind cluster, and a pod through a kind kubelet (docs/kind-and-existing.md): kind and the
 # node image's kubeadm built into the cache; without a Docker engine the harness starts its own (root on

@@ -28,7 +28,9 @@ from cli_runs import cli as _cli  # tests/integration/cli_runs.py
 
 from harness.core import files, paths
 
-pytestmark = pytest.mark.integration
+# One xdist worker runs every vendor-style run (real-node vendor mode, sanity, shapes) in turn: run side by side
+# they load the two cores enough to bring out the vendor-mode "cannot allocate all claims" flake (issue 30).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("vendor-runs")]
 
 REPO = Path(__file__).resolve().parents[2]
 VENDOR_FILE = REPO / "clusters" / "vendors" / "dra-example-driver.yaml"
