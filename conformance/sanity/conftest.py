@@ -23,11 +23,17 @@ from harness.sanity.target import NODES, Allocation, SanityTarget
 NODE, OTHER_NODE = NODES  # the plugin under test on NODE; its second instance on OTHER_NODE
 
 
+_LOADED = pytest.StashKey[vendor.VendorDriver]()
+
+
 def _vendor_file(config: pytest.Config) -> vendor.VendorDriver:
-    try:
-        return vendor.load(config.getoption("--dra-sanity-driver-config"))
-    except InvalidInput as err:
-        raise pytest.UsageError(str(err)) from None
+    """The vendor file, read and checked once per run (collection asks for it per test function)."""
+    if _LOADED not in config.stash:
+        try:
+            config.stash[_LOADED] = vendor.load(config.getoption("--dra-sanity-driver-config"))
+        except InvalidInput as err:
+            raise pytest.UsageError(str(err)) from None
+    return config.stash[_LOADED]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

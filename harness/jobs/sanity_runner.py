@@ -91,7 +91,7 @@ def write_report(path: Path, loaded: vendor.VendorDriver, results: list[TestResu
         by_rule.setdefault(str(result.properties.get("contract_rule", "")), []).append(result)
     counts: Counter = Counter(r.outcome for r in results)
     lines = [f"# Kubelet-plugin sanity: {', '.join(loaded.drivers)}", "",
-             f"Vendor file: `{loaded.source}`. Rules: [docs/contract.md](../docs/contract.md) "
+             f"Vendor file: `{loaded.source}`. Rules: docs/contract.md of dra-harness "
              f"({len(rules.RULES)} rules).", ""]
     if interrupted:
         lines += ["**Interrupted**: only the rules checked before the stop have an outcome.", ""]
