@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from harness.core import proctime
+
 CONTENDED_PERCENT = 10.0
 # Fields of psutil.cpu_times() that mean a core was busy. guest/guest_nice are already inside
 # user/nice on Linux; iowait is idle time waiting for I/O; steal is CPU a hypervisor gave someone else.
@@ -56,7 +58,7 @@ def snapshot(root_pid: int | None = None) -> Snapshot:
     own = {}
     for proc in own_processes(root_pid or os.getpid()):
         try:
-            own[(proc.pid, proc.create_time())] = process_seconds(proc.cpu_times())
+            own[(proc.pid, proctime.started_after_boot(proc.pid) or 0.0)] = process_seconds(proc.cpu_times())
         except psutil.Error:  # exited while we looked: its CPU is counted as others (see above)
             continue
     return Snapshot(time.monotonic(), os.getloadavg(), machine_busy_seconds(psutil.cpu_times()), own)

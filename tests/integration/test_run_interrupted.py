@@ -18,9 +18,9 @@ import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import psutil
 import pytest
 
+from harness.backends.local import process
 from harness.core import paths
 from harness.jobs import report
 from harness.k8s import wait
@@ -39,24 +39,16 @@ def _results(report_dir: Path) -> list[dict]:
         return []
 
 
-def _cluster_processes(state_dir: Path) -> list[tuple[int, float]]:
-    """(pid, start time) of every component the run's cluster recorded."""
+def _cluster_processes(state_dir: Path) -> list[process.Running]:
+    """Every component the run's cluster recorded."""
     found = []
     for record in state_dir.glob("clusters/*/pids/*.json"):
         try:
             data = json.loads(record.read_text())
         except (OSError, ValueError):
             continue
-        found.append((int(data["pid"]), float(data["createTime"])))
+        found.append(process.Running(record.stem, **process.identity_fields(data)))
     return found
-
-
-def _still_running(pid: int, created: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -107,5 +99,5 @@ def test_interrupted_run_reports_finished_tests_and_stops_its_cluster(tmp_path, 
     assert "report (interrupted):" in output
 
     # The cluster it started is gone: no component left, no state left.
-    assert not [pid for pid, created in components if _still_running(pid, created)], output
+    assert not [running.pid for running in components if process.alive(running)], output
     assert not (state_dir / "clusters" / name).exists(), output

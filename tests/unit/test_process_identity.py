@@ -163,3 +163,45 @@ def test_terminate_waits_for_every_thread_and_frees_the_port(half_exited):
     proc, port = half_exited
     assert process.terminate([proc], grace_seconds=0.5) == []
     assert ports.listening([port]) == []
+
+
+# --- identity survives a step of the wall clock -----------------------------------------------------
+# psutil's create_time() is "boot time read now" plus the start offset, so an NTP or VM clock step
+# moves it. CI saw two live apiservers judged to have "exited during start" at one instant that way.
+
+@pytest.fixture
+def clock_stepped(monkeypatch):
+    """The wall clock as psutil sees it, stepped 30 s forward (the machine's own clock is not touched)."""
+    import psutil._pslinux as pslinux
+    real = pslinux.boot_time
+    monkeypatch.setattr(pslinux, "boot_time", lambda: real() + 30.0)
+
+
+def test_a_recorded_component_stays_alive_across_a_clock_step(clusters, request):
+    running = process.start("etcd", [*SLEEPER, f"--data-dir={clusters['rel-g']}/etcd"], clusters["rel-g"])
+    request.getfixturevalue("clock_stepped")  # stepped after the start was recorded
+    assert abs(psutil.Process(running.pid).create_time() - running.create_time) > 29  # the step is seen
+    record = process.recorded(clusters["rel-g"])["etcd"]
+    assert record.popen is None and record.started_after_boot is not None
+    assert process.alive(record)
+    assert _pids(process.processes_of(clusters["rel-g"])) == {running.pid}
+
+
+def test_an_identity_written_before_a_clock_step_still_names_its_process(clock_stepped):
+    other = subprocess.Popen(SLEEPER)
+    try:
+        fields = process.identity_fields(process.identity(other.pid))
+        assert process.alive(process.Running("owner", **fields))
+        reused = {**fields, "started_after_boot": fields["started_after_boot"] - 5}  # same pid, another start
+        assert not process.alive(process.Running("owner", **reused))
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+
+
+def test_an_old_record_without_a_start_offset_is_judged_by_wall_clock(clusters, spawned):
+    other = spawned()
+    created = psutil.Process(other.pid).create_time()
+    assert process.alive(process.Running("old", **process.identity_fields({"pid": other.pid, "createTime": created})))
+    assert not process.alive(process.Running("old", **process.identity_fields({"pid": other.pid,
+                                                                               "createTime": created - 100})))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from harness.core import proctime
 from harness.core.files import tail  # noqa: F401  (process.tail: the log of a component, for callers here)
 
 # What may stand before or after a path inside one command-line argument (`--flag=/a,/b`, `unix:/a`).
@@ -39,6 +40,10 @@ class Running:
     log: Path
     # Held so the exit code stays readable: subprocess reaps dropped Popen objects on its own.
     popen: subprocess.Popen | None = field(default=None, compare=False, repr=False)
+    # The start as the kernel counts it (proctime): what `alive` matches, immune to clock steps.
+    # None in records written before it was kept; those fall back to the wall-clock start.
+    started_after_boot: float | None = None
+    boot_id: str = ""
 
 
 def start(name: str, argv: list[str], cluster_dir: Path, env: dict[str, str] | None = None) -> Running:
@@ -54,8 +59,10 @@ def start(name: str, argv: list[str], cluster_dir: Path, env: dict[str, str] | N
         created = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:
         created = 0.0
-    running = Running(name, proc.pid, created, log_path, proc)
-    (pids / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "createTime": created, "argv": argv}))
+    start_offset = proctime.started_after_boot(proc.pid)
+    running = Running(name, proc.pid, created, log_path, proc, start_offset, proctime.boot_id())
+    (pids / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "createTime": created, "startedAfterBoot":
+                                                   start_offset, "bootId": proctime.boot_id(), "argv": argv}))
     return running
 
 
@@ -64,9 +71,11 @@ def recorded(cluster_dir: Path) -> dict[str, Running]:
     for path in sorted((cluster_dir / "pids").glob("*.json")):
         try:
             data = json.loads(path.read_text())
-            result[path.stem] = Running(path.stem, int(data["pid"]), float(data["createTime"]),
-                                        cluster_dir / "logs" / f"{path.stem}.log")
-        except (OSError, ValueError, KeyError):
+            fields = identity_fields(data)
+            if not fields["pid"]:
+                continue
+            result[path.stem] = Running(path.stem, **{**fields, "log": cluster_dir / "logs" / f"{path.stem}.log"})
+        except (OSError, ValueError):
             continue
     return result
 
@@ -74,23 +83,33 @@ def recorded(cluster_dir: Path) -> dict[str, Running]:
 def identity(pid: int | None = None) -> dict:
     """What tells a process apart from a later one with the same pid, for state files."""
     proc = psutil.Process(pid)
-    return {"pid": proc.pid, "createTime": proc.create_time()}
+    return {"pid": proc.pid, "createTime": proc.create_time(), "startedAfterBoot": proctime.started_after_boot(proc.pid),
+            "bootId": proctime.boot_id()}
 
 
 def identity_fields(data: dict) -> dict:
     """`identity()` read back as Running's fields (a malformed entry names no process)."""
     try:
-        return {"pid": int(data["pid"]), "create_time": float(data["createTime"]), "log": Path()}
-    except (KeyError, TypeError, ValueError):
+        offset = data.get("startedAfterBoot")
+        return {"pid": int(data["pid"]), "create_time": float(data["createTime"]), "log": Path(),
+                "started_after_boot": None if offset is None else float(offset), "boot_id": str(data.get("bootId") or "")}
+    except (KeyError, TypeError, ValueError, AttributeError):
         return {"pid": 0, "create_time": 0.0, "log": Path()}
 
 
 def alive(running: Running) -> bool:
     if running.pid <= 0:
         return False
+    if running.popen is not None:  # our own child: its pid cannot be reused before we reap it
+        return running.popen.poll() is None
     try:
         proc = psutil.Process(running.pid)
-        return abs(proc.create_time() - running.create_time) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+        if running.started_after_boot is not None and running.boot_id:
+            same = running.boot_id == proctime.boot_id() and \
+                proctime.same_start(running.started_after_boot, proctime.started_after_boot(running.pid))
+        else:  # a record from before start offsets were kept: wall clock, which a clock step moves
+            same = abs(proc.create_time() - running.create_time) < 1.0
+        return same and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
