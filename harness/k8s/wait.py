@@ -21,6 +21,17 @@ class WaitTimeout(HarnessError, AssertionError):
     """A condition was not met in time (an AssertionError, so pytest reports it as a failure)."""
 
 
+# Checks that end every wait at once when waiting is pointless (a control-plane component died: see
+# harness.backends.local.liveness). Each raises to abort; the pytest plugin registers one per cluster.
+_abort_checks: list[Callable[[], None]] = []
+
+
+def abort_waits_when(check: Callable[[], None]) -> Callable[[], None]:
+    """Call `check` during every `until`; it raises to end the wait. Returns the undo."""
+    _abort_checks.append(check)
+    return lambda: _abort_checks.remove(check) if check in _abort_checks else None
+
+
 def until(what: str, check: Callable[[], Any], timeout: float, *, interval: float = 0.2,
           diagnostics: Callable[[], str] | None = None) -> Any:
     """Call `check` until it returns something truthy; return that. Raise WaitTimeout at the deadline."""
@@ -33,6 +44,8 @@ def until(what: str, check: Callable[[], Any], timeout: float, *, interval: floa
                 return result
         except ApiException as err:  # transient API errors are retried until the deadline
             last_error = err
+        for abort in list(_abort_checks):
+            abort()
         if time.monotonic() >= deadline:
             detail = f"\nlast API error: {last_error.status} {last_error.reason}" if last_error else ""
             if diagnostics:

@@ -21,7 +21,7 @@ from fake_devices.controller import FakeDriver
 from fake_devices.errors import InvalidInput
 from fake_devices.variants import VARIANTS
 from harness import backends
-from harness.backends.local import vendor_plugin
+from harness.backends.local import liveness, state, vendor_plugin
 from harness.config import vendor
 from harness.config.vendor import VendorDriver
 from harness.core.errors import HarnessError
@@ -40,6 +40,7 @@ _OPTIONS = pytest.StashKey[sessions.SessionOptions]()
 _VENDOR: pytest.StashKey[VendorDriver] = pytest.StashKey()
 _RESULTS = pytest.StashKey["ResultRecorder"]()
 _VENDOR_SETUP: pytest.StashKey[Any] = pytest.StashKey()
+_WATCH: pytest.StashKey[liveness.ComponentWatch] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -342,9 +343,26 @@ def dra_cluster(request: pytest.FixtureRequest) -> ClusterInfo:
 
     config = request.config
     try:
-        return sessions.acquire_cluster(Path(config.stash[_SHARED]), config.stash[_OPTIONS], config.stash[_RUN_ID])
+        info = sessions.acquire_cluster(Path(config.stash[_SHARED]), config.stash[_OPTIONS], config.stash[_RUN_ID])
     except HarnessError as err:
         pytest.fail(f"dra-harness could not provide a cluster:\n{err}", pytrace=False)
+    if info.backend == "local" and _WATCH not in config.stash:
+        # A dead scheduler (or apiserver, etcd, ...) ends each wait within a second, naming it.
+        watch = liveness.ComponentWatch(info.name, state.cluster_dir(info.name))
+        config.stash[_WATCH] = watch
+        request.addfinalizer(wait.abort_waits_when(watch.check))
+    return info
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that starts after a component of the cluster died fails at once, naming it."""
+    watch = item.config.stash.get(_WATCH, None)
+    if watch is not None:
+        try:
+            watch.check()
+        except liveness.ComponentDied as err:
+            pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture(scope="session")

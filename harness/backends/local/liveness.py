@@ -1,0 +1,74 @@
+"""Notice a control-plane component of a local cluster that died while tests use the cluster.
+
+Issue 30 measured what happens otherwise: SIGKILL the kube-scheduler 20 s into a suite and every
+later test times out one by one (30-120 s each), none of them naming the scheduler. With a
+`ComponentWatch` registered, a test fails within about a second of the death, or at its setup when the
+component was already gone, with the component, its pid, when it was noticed and its log tail.
+
+Watched: the control plane and the cluster's own fake driver (the processes every test relies on).
+Not watched: kubelets, containerd and kubelet plugins of real nodes, which tests stop and restart on
+purpose (each such test checks them itself).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.backends.local import components, process
+from harness.core.errors import ComponentError
+
+WATCHED = frozenset(name for group in components.STOP_ORDER for name in group)
+CHECK_EVERY = 1.0  # seconds between looks: a few small files and /proc entries each time
+
+
+class ComponentDied(ComponentError):
+    """A watched component of the test cluster is not running any more."""
+
+
+@dataclass(frozen=True)
+class Death:
+    component: str
+    pid: int
+    noticed_at: str  # wall-clock time, for reading against component logs
+    log: Path
+
+
+class ComponentWatch:
+    """`check()` raises ComponentDied once any watched component of the cluster is gone."""
+
+    def __init__(self, cluster: str, cluster_dir: Path):
+        self.cluster = cluster
+        self.cluster_dir = cluster_dir
+        self._deaths: dict[str, Death] = {}
+        self._last_look = 0.0
+        self._lock = threading.Lock()
+
+    def deaths(self) -> list[Death]:
+        """Every watched component found dead so far (looked up at most once per CHECK_EVERY)."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last_look >= CHECK_EVERY:
+                self._last_look = now
+                if self.cluster_dir.is_dir():  # gone: the cluster is being torn down, not a death
+                    for name, running in process.recorded(self.cluster_dir).items():
+                        if name in WATCHED and name not in self._deaths and not process.alive(running):
+                            # A restart by the harness (a new pid file) is not a death: read it again.
+                            again = process.recorded(self.cluster_dir).get(name)
+                            if again is None or not process.alive(again):
+                                self._deaths[name] = Death(name, running.pid, time.strftime("%H:%M:%S"),
+                                                           running.log)
+            return sorted(self._deaths.values(), key=lambda d: d.component)
+
+    def check(self) -> None:
+        found = self.deaths()
+        if not found:
+            return
+        first = found[0]
+        others = "".join(f"; {d.component} (pid {d.pid}) too" for d in found[1:])
+        raise ComponentDied(first.component,
+                            f"of cluster {self.cluster!r} (pid {first.pid}) is no longer running, noticed at "
+                            f"{first.noticed_at}{others}: tests need it, so this one cannot pass",
+                            log_file=first.log, log_tail=process.tail(first.log))
