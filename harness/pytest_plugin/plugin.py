@@ -216,6 +216,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     """On a failed test, save what explains it: the namespace's pods, claims and events, the slices
     of the drivers it used, and the last lines of every component log."""
     report = yield
+    if report.failed:
+        _name_dead_components(item, report)
     if report.failed and call.when in ("call", "setup") and INVALID_POOLS in str(report.longrepr):
         _name_invalid_pools(item, report)
     if report.failed and call.when in ("call", "setup"):
@@ -229,6 +231,26 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 
 INVALID_POOLS = "invalid resource pool"  # the scheduler's words, which name no pool
+
+
+def _name_dead_components(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A test that failed some other way (an API error, a 504 from an apiserver without its etcd)
+    while a component of the cluster is dead says that first: that is why it failed."""
+    watch = item.config.stash.get(_WATCH, None)
+    if watch is None:
+        return
+    try:
+        watch.check(look_now=True)
+        return
+    except liveness.ComponentDied as err:
+        death = str(err)
+    if death.split("\n", 1)[0] in str(report.longrepr):
+        return  # it already says so
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        crash.message = f"{death}\n(the failure itself: {crash.message})"
+    else:
+        report.longrepr = f"{death}\n(the failure itself: {report.longrepr})"
 
 
 def _name_invalid_pools(item: pytest.Item, report: pytest.TestReport) -> None:

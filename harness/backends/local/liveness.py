@@ -46,11 +46,12 @@ class ComponentWatch:
         self._last_look = 0.0
         self._lock = threading.Lock()
 
-    def deaths(self) -> list[Death]:
-        """Every watched component found dead so far (looked up at most once per CHECK_EVERY)."""
+    def deaths(self, look_now: bool = False) -> list[Death]:
+        """Every watched component found dead so far (looked up at most once per CHECK_EVERY, unless
+        `look_now`)."""
         with self._lock:
             now = time.monotonic()
-            if now - self._last_look >= CHECK_EVERY:
+            if look_now or now - self._last_look >= CHECK_EVERY:
                 self._last_look = now
                 if self.cluster_dir.is_dir():  # gone: the cluster is being torn down, not a death
                     for name, running in process.recorded(self.cluster_dir).items():
@@ -62,8 +63,8 @@ class ComponentWatch:
                                                            running.log)
             return sorted(self._deaths.values(), key=lambda d: d.component)
 
-    def check(self) -> None:
-        found = self.deaths()
+    def check(self, look_now: bool = False) -> None:
+        found = self.deaths(look_now)
         if not found:
             return
         first = found[0]
