@@ -22,6 +22,7 @@ from harness.binaries import exampledriver
 from harness.cli import bench as bench_cli
 from harness.cli import profiles as profiles_cli
 from harness.config import cluster as cluster_config
+from harness.core import diskspace
 from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, InvalidInput, Problem
 from harness.core.nodelayout import records
 from harness.core.progress import Reporter
@@ -284,6 +285,10 @@ def run(argv: list[str], out=sys.stdout) -> int:
             return _dispatch(args, reporter, out)
         except InvalidInput as err:
             raise ConfigError(err.problems) from err
+        except OSError as err:
+            if err.errno not in diskspace.DISK_ERRNOS:
+                raise
+            raise diskspace.write_error(err) from err
     except HarnessError as err:
         if args.verbose:
             traceback.print_exc()

@@ -11,10 +11,16 @@ def write_atomic(path: Path, text: str, mode: int | None = None) -> Path:
     """Write `text` to a temporary file beside `path`, then rename it over `path` (atomic on one filesystem)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    if mode is not None:
-        os.chmod(tmp, mode)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        tmp.replace(path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)  # a full disk leaves the old file whole and no half-written one
+        if isinstance(err, OSError) and err.filename is None:  # a failed write() names no file: name it
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     return path
 
 

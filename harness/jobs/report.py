@@ -13,8 +13,13 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
+from harness.core import diskspace
 from harness.core.errors import ConfigError, Problem
+from harness.core.files import write_atomic
 from harness.core.records import MATURITY_ORDER, OUTCOMES, read_results
+
+# Reports are small, but each failed test saves its diagnostics (objects, events, log tails) beside them.
+REPORT_ROOM = 32 << 20
 
 
 def dir_problems(report_dir: Path, flag: str = "--report-dir") -> list[Problem]:
@@ -28,6 +33,10 @@ def dir_problems(report_dir: Path, flag: str = "--report-dir") -> list[Problem]:
     if not os.access(existing, os.W_OK | os.X_OK):
         why = " (Read-only file system)" if os.statvfs(existing).f_flag & os.ST_RDONLY else ""
         return [Problem(flag, str(report_dir), f"{existing} is not writable{why}", "a directory this user can write")]
+    free = diskspace.free_bytes(existing)
+    if free is not None and free < REPORT_ROOM:
+        return [Problem(flag, str(report_dir), f"{free >> 20} MiB free on its filesystem",
+                        f"a directory with at least {REPORT_ROOM >> 20} MiB free (reports and failure diagnostics)")]
     return []
 
 
@@ -100,9 +109,10 @@ def write(report_dir: Path, results: list[dict], *, cluster: dict | None = None,
     all of them, and the JUnit file, as covering only the tests that finished."""
     data = build(results, cluster=cluster, run=run, interrupted=interrupted)
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "report.json").write_text(json.dumps(data, indent=2, default=str))
-    (report_dir / "report.md").write_text(markdown(data))
-    (report_dir / "report.html").write_text(to_html(data))
+    # Whole or not at all: a disk that fills leaves no cut-short report that a reader would trust.
+    write_atomic(report_dir / "report.json", json.dumps(data, indent=2, default=str))
+    write_atomic(report_dir / "report.md", markdown(data))
+    write_atomic(report_dir / "report.html", to_html(data))
     if interrupted:
         mark_junit_interrupted(report_dir / "junit.xml", results, interrupted)
     return {"passed": data["passed"], "failed": data["failed"], "skipped": data["skipped"],

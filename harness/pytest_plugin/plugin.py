@@ -9,6 +9,7 @@ import hashlib
 import os
 import re
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from harness import backends
 from harness.backends.local import liveness, state, vendor_plugin
 from harness.config import vendor
 from harness.config.vendor import VendorDriver
+from harness.core import diskspace
 from harness.core.errors import HarnessError
 from harness.core.records import MATURITY_ORDER, ClusterInfo, TestResult, read_cluster, write_results
 from harness.k8s import wait
@@ -295,11 +297,20 @@ class ResultRecorder:
     def __init__(self, path: Path | None = None):
         self.results: dict[str, TestResult] = {}
         self.finished: set[str] = set()  # tests whose teardown ran: a test cut short by Ctrl-C is left out
+        self.write_error: str | None = None
         self.path = path
 
     def save(self) -> None:
-        if self.path is not None:
+        if self.path is None:
+            return
+        try:
             write_results([r for r in self.results.values() if r.id in self.finished], self.path)
+        except OSError as err:
+            # A full or read-only disk: the run goes on (the previous results.json stays whole, it is
+            # replaced atomically) and says so once; the job that reads the file reports the error.
+            if self.write_error is None:
+                self.write_error = str(diskspace.write_error(err, self.path))
+                sys.stderr.write(f"\ndra-harness: results.json lags behind the run from here: {self.write_error}\n")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = self.results.setdefault(report.nodeid, TestResult(report.nodeid))
@@ -332,8 +343,19 @@ class ResultRecorder:
             self.save()
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session):
     config = session.config
+    try:
+        yield  # pytest's own: the JUnit file among them
+    except OSError as err:
+        # A full or read-only report directory: say where, not pytest's traceback; the run still
+        # fails (the job that reads the reports names it again) and the cluster is still released.
+        if err.errno not in diskspace.DISK_ERRNOS:
+            raise
+        junit = config.option.xmlpath if hasattr(config.option, "xmlpath") and config.option.xmlpath else None
+        sys.stderr.write(f"\ndra-harness: pytest's reports: {diskspace.write_error(err, junit and Path(junit))}\n")
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
     if getattr(config, "workerinput", None) is None:
         config.stash[_RESULTS].save()
     if getattr(config, "workerinput", None) is None and _SHARED in config.stash:

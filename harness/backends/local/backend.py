@@ -24,12 +24,16 @@ from harness.backends.local.realnode import plugins, preflight, teardown
 from harness.binaries import noderuntime
 from harness.config import featuregates
 from harness.config.cluster import MAX_NODES, MAX_REAL_NODES
+from harness.core import diskspace, paths
 from harness.core.errors import ClusterNotFound, ComponentError, ConfigError, HarnessError, Problem
 from harness.core.nodelayout import records
 from harness.k8s.client import Clients, https_get, tls_context
 
 START_TIMEOUT = 90.0  # per component group; a cold 2-core machine starts the apiserver in ~10 s
 PORT_CLOSE_TIMEOUT = 10.0  # after its process is gone, the kernel closes a listener at once: this is slack
+# Free space a cluster needs under the state directory: a fresh one takes 123 MiB (etcd preallocates
+# its 64 MiB write-ahead log), logs grow during a run.
+STATE_ROOM = 256 << 20
 
 
 UpOptions = ClusterSpec  # the name callers used before every backend shared one spec
@@ -101,6 +105,8 @@ class LocalBackend(Backend):
                                                      options.runtime_config])))
         featuregates.resolve(matrix, **gate_args)
         self._clear_stale(name)
+        diskspace.require_room(paths.clusters_dir(), STATE_ROOM, "state directory",
+                               hint=f"free some space, or point {paths.STATE_ENV} at a directory with more room")
         binset = binaries_mod.ensure(options.versions, source=options.binary_source,
                                      binaries_dir=options.binaries_dir, reporter=self.reporter)
         features = featuregates.resolve(matrix, **gate_args, known_gates=known_gates(binset))
@@ -213,8 +219,9 @@ class LocalBackend(Backend):
             for name, (component, proc) in list(pending.items()):
                 if not process.alive(proc):
                     code = process.exit_code(proc)
-                    raise ComponentError(name, f"exited during start{'' if code is None else f' with code {code}'}",
-                                         log_file=proc.log, log_tail=process.tail(proc.log))
+                    full = diskspace.explain_no_space(process.tail(proc.log, lines=400), proc.log.parent.parent)
+                    raise ComponentError(name, f"exited during start{'' if code is None else f' with code {code}'}"
+                                         f"{full}", log_file=proc.log, log_tail=process.tail(proc.log))
                 if component.ready_line:
                     healthy = component.ready_line in process.tail(proc.log, lines=5)
                 else:

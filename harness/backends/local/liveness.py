@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backends.local import components, process
+from harness.core import diskspace
 from harness.core.errors import ComponentError
 
 WATCHED = frozenset(name for group in components.STOP_ORDER for name in group)
@@ -69,7 +70,8 @@ class ComponentWatch:
             return
         first = found[0]
         others = "".join(f"; {d.component} (pid {d.pid}) too" for d in found[1:])
+        full = diskspace.explain_no_space(process.tail(first.log, lines=400), self.cluster_dir)
         raise ComponentDied(first.component,
                             f"of cluster {self.cluster!r} (pid {first.pid}) is no longer running, noticed at "
-                            f"{first.noticed_at}{others}: tests need it, so this one cannot pass",
+                            f"{first.noticed_at}{full}{others}: tests need it, so this one cannot pass",
                             log_file=first.log, log_tail=process.tail(first.log))
