@@ -59,6 +59,7 @@ class ComponentStatus:
     pid: int | None
     alive: bool
     log: str | None = None
+    restarts: int = 0  # by the local backend's supervisor
 
 
 @dataclass(frozen=True)

@@ -555,10 +555,11 @@ def _up_spec(args, backend: Backend) -> ClusterSpec:
 
 def _print_status(status, out) -> None:
     table = Table(title=f"cluster {status.name} ({status.backend}): {status.health}")
-    for column in ("component", "pid", "state", "log"):
+    for column in ("component", "pid", "state", "restarts", "log"):
         table.add_column(column)
     for comp in status.components:
-        table.add_row(comp.name, str(comp.pid or ""), "running" if comp.alive else "[red]dead[/red]", comp.log or "")
+        table.add_row(comp.name, str(comp.pid or ""), "running" if comp.alive else "[red]dead[/red]",
+                      str(comp.restarts), comp.log or "")
     console = Console(file=out, highlight=False)
     console.print(table)
     console.print(f"kubeconfig: {status.kubeconfig}")

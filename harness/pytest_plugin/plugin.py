@@ -43,6 +43,7 @@ _VENDOR: pytest.StashKey[VendorDriver] = pytest.StashKey()
 _RESULTS = pytest.StashKey["ResultRecorder"]()
 _VENDOR_SETUP: pytest.StashKey[Any] = pytest.StashKey()
 _WATCH: pytest.StashKey[liveness.ComponentWatch] = pytest.StashKey()
+_RESTARTS_BEFORE: pytest.StashKey[dict[str, int]] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -243,10 +244,10 @@ def _name_dead_components(item: pytest.Item, report: pytest.TestReport) -> None:
         return
     try:
         watch.check(look_now=True)
-        return
+        death = watch.restarted_since(item.stash.get(_RESTARTS_BEFORE, {}))
     except liveness.ComponentDied as err:
         death = str(err)
-    if death.split("\n", 1)[0] in str(report.longrepr):
+    if not death or death.split("\n", 1)[0] in str(report.longrepr):
         return  # it already says so
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
@@ -407,6 +408,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             watch.check()
         except liveness.ComponentDied as err:
             pytest.fail(str(err), pytrace=False)
+        item.stash[_RESTARTS_BEFORE] = watch.restarts()
 
 
 @pytest.fixture(scope="session")

@@ -96,9 +96,21 @@ def test_second_cluster_runs_beside_and_goes_without_trace(local_cluster, dra_ru
         finally:
             clients.close()
 
-        # A component that dies makes the cluster "broken", and `down` still cleans everything.
+        # A component that dies is restarted by the cluster's supervisor, and status counts it.
         scheduler = process.recorded(directory)["kube-scheduler"]
+        assert process.alive(process.recorded(directory)["supervisor"])
         os.kill(scheduler.pid, signal.SIGKILL)
+
+        def restarted():
+            status = backend.status(name)
+            entry = {c.name: c for c in status.components}["kube-scheduler"]
+            return status.health == "running" and entry.alive and entry.pid != scheduler.pid and entry.restarts == 1
+        wait.until("the supervisor to restart the killed scheduler", restarted, 60,
+                   diagnostics=lambda: process.tail(directory / "logs" / "supervisor.log"))
+        # One it may not restart (the supervisor gone too) makes the cluster "broken"; `down` still
+        # cleans everything.
+        process.stop_named(directory, ["supervisor"])
+        os.kill(process.recorded(directory)["kube-scheduler"].pid, signal.SIGKILL)
         wait.until("status to report the dead scheduler",
                    lambda: backend.status(name).health == "broken", 10)
         pids = [r.pid for r in process.recorded(directory).values()]

@@ -61,9 +61,11 @@ def test_plan_order(layout):
     assert [[c.name for c in g] for g in groups[:2]] == [["etcd"], ["kube-apiserver"]]
     assert sorted(c.name for c in groups[2]) == ["kube-controller-manager", "kube-scheduler", "kwok"]
     assert len(groups) == 3
-    # The stop order stops every planned component, in reverse: the apiserver's clients first, etcd last.
+    # The stop order stops the supervisor first (it would restart the others), then every planned
+    # component, in reverse: the apiserver's clients first, etcd last.
+    assert components.STOP_ORDER[0] == ["supervisor"]
     assert components.STOP_ORDER[-2:] == [["kube-apiserver"], ["etcd"]]
-    assert {c.name for c in groups[2]} <= set(components.STOP_ORDER[0])
+    assert {c.name for c in groups[2]} <= set(components.STOP_ORDER[1])
     stopped = [name for group in components.STOP_ORDER for name in group]
     assert len(stopped) == len(set(stopped))
 

@@ -18,7 +18,7 @@ from fake_devices.render import Drivers
 from harness import binaries as binaries_mod
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus, RealNode
 from harness.backends.common import kept_or_removed_on_failure, known_gates
-from harness.backends.local import components, kubeconfig, nodes, pki, ports, process, state
+from harness.backends.local import components, kubeconfig, nodes, pki, ports, process, state, supervisor
 from harness.backends.local.realnode import node as realnode
 from harness.backends.local.realnode import plugins, preflight, teardown
 from harness.binaries import noderuntime
@@ -201,6 +201,8 @@ class LocalBackend(Backend):
                 driver_process = process.start(driver.name, driver.argv, cluster.directory, driver.env)
                 self._wait_healthy([(driver, driver_process)], tls, timeout=options.node_timeout)
             self._start_node_plugins(cluster, options.definition, real_specs)
+        # Last, once everything it watches is up: from here a component that dies is restarted.
+        process.start(supervisor.NAME, supervisor.argv(cluster.directory), cluster.directory)
 
     def _start_node_plugins(self, cluster: state.ClusterState, definition, real_specs) -> None:
         """The kubelet plugins of the definition's driver on every real node that has a profile."""
@@ -266,9 +268,11 @@ class LocalBackend(Backend):
             return [f"{process.describe([p])} survived SIGKILL" for p in survivors]
         cluster = state.load(name)
         try:
+            # The supervisor before anything: it would restart what is being stopped.
+            stuck = process.stop_named(cluster.directory, [supervisor.NAME])
             # Real nodes first: their kubelets are API clients, and their pods must go before containerd.
             node_leftovers = teardown.teardown_all(cluster.directory, cluster.data)
-            stuck = process.stop_all(cluster.directory, components.STOP_ORDER)
+            stuck += process.stop_all(cluster.directory, components.STOP_ORDER)
             # Ports: once every process is gone, a listener left is another program's (named).
             busy = [] if stuck else ports.wait_closed(cluster.ports, PORT_CLOSE_TIMEOUT)
         except KeyboardInterrupt:
@@ -284,7 +288,9 @@ class LocalBackend(Backend):
     def status(self, name: str) -> ClusterStatus:
         cluster = state.load(state.validate_name(name))
         recorded = process.recorded(cluster.directory)
-        comps = [ComponentStatus(r.name, r.pid, process.alive(r), str(r.log)) for r in recorded.values()]
+        restarts = supervisor.read_status(cluster.directory)
+        comps = [ComponentStatus(r.name, r.pid, process.alive(r), str(r.log),
+                                 int(restarts.get(r.name, {}).get("restarts", 0))) for r in recorded.values()]
         phase = cluster.data.get("phase", "incomplete")
         ready = False
         if phase == "running" and comps and all(c.alive for c in comps):

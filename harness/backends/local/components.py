@@ -169,7 +169,9 @@ def fake_devices(layout: ClusterLayout, definition) -> Component:
 
 
 # Reverse of the start order: clients of the apiserver first, etcd last.
-STOP_ORDER = [["fake-devices", "kwok", "kube-scheduler", "kube-controller-manager"], ["kube-apiserver"], ["etcd"]]
+# The supervisor first: it must not restart what is being stopped.
+STOP_ORDER = [["supervisor"], ["fake-devices", "kwok", "kube-scheduler", "kube-controller-manager"], ["kube-apiserver"],
+              ["etcd"]]
 
 
 def plan(layout: ClusterLayout) -> list[list[Component]]:

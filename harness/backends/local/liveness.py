@@ -5,9 +5,12 @@ later test times out one by one (30-120 s each), none of them naming the schedul
 `ComponentWatch` registered, a test fails within about a second of the death, or at its setup when the
 component was already gone, with the component, its pid, when it was noticed and its log tail.
 
-Watched: the control plane and the cluster's own fake driver (the processes every test relies on).
-Not watched: kubelets, containerd and kubelet plugins of real nodes, which tests stop and restart on
-purpose (each such test checks them itself).
+Watched: what the cluster's supervisor restarts (supervisor.py: the control plane and the cluster's
+own fake driver). A component the supervisor is about to restart is not dead; one it gave up on is,
+and so is any when no supervisor runs. Not watched: kubelets, containerd and kubelet plugins of real
+nodes, which tests stop and restart on purpose (each such test checks them itself).
+
+`restarts()` and `restarted_since()` tell a test that failed while a component was restarted.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.backends.local import components, process
+from harness.backends.local import process, supervisor
 from harness.core import diskspace
 from harness.core.errors import ComponentError
 
-WATCHED = frozenset(name for group in components.STOP_ORDER for name in group)
+WATCHED = supervisor.SUPERVISED
 CHECK_EVERY = 1.0  # seconds between looks: a few small files and /proc entries each time
 
 
@@ -55,8 +58,12 @@ class ComponentWatch:
             if look_now or now - self._last_look >= CHECK_EVERY:
                 self._last_look = now
                 if self.cluster_dir.is_dir():  # gone: the cluster is being torn down, not a death
+                    said = supervisor.read_status(self.cluster_dir)
                     for name, running in process.recorded(self.cluster_dir).items():
                         if name in WATCHED and name not in self._deaths and not process.alive(running):
+                            if said.get(name, {}).get("state") != supervisor.GAVE_UP and \
+                                    supervisor.running(self.cluster_dir):
+                                continue  # about to be restarted
                             # A restart by the harness (a new pid file) is not a death: read it again.
                             again = process.recorded(self.cluster_dir).get(name)
                             if again is None or not process.alive(again):
@@ -75,3 +82,17 @@ class ComponentWatch:
                             f"of cluster {self.cluster!r} (pid {first.pid}) is no longer running, noticed at "
                             f"{first.noticed_at}{full}{others}: tests need it, so this one cannot pass",
                             log_file=first.log, log_tail=process.tail(first.log))
+
+    def restarts(self) -> dict[str, int]:
+        """Restarts so far per component (what the supervisor recorded)."""
+        return {name: int(entry.get("restarts", 0)) for name, entry in supervisor.read_status(self.cluster_dir).items()}
+
+    def restarted_since(self, before: dict[str, int]) -> str:
+        """'kube-scheduler was restarted (exited at T, restart 1)' for what restarted since `before`; '' if none."""
+        said = supervisor.read_status(self.cluster_dir)
+        parts = [f"{name} died and was restarted by the supervisor during this test (exited at "
+                 f"{entry.get('lastExit', '?')}, restart {entry.get('restarts')}; {self.cluster_dir / 'logs' / 'supervisor.log'})"
+                 for name, entry in sorted(said.items())
+                 if int(entry.get("restarts", 0)) > before.get(name, 0) or
+                 (entry.get("state") == supervisor.RESTARTING)]
+        return "; ".join(parts)

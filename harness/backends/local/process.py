@@ -61,8 +61,10 @@ def start(name: str, argv: list[str], cluster_dir: Path, env: dict[str, str] | N
         created = 0.0
     start_offset = proctime.started_after_boot(proc.pid)
     running = Running(name, proc.pid, created, log_path, proc, start_offset, proctime.boot_id())
+    # argv and env overrides: what the supervisor (supervisor.py) needs to start it again.
     (pids / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "createTime": created, "startedAfterBoot":
-                                                   start_offset, "bootId": proctime.boot_id(), "argv": argv}))
+                                                   start_offset, "bootId": proctime.boot_id(), "argv": argv,
+                                                   "env": env or {}}))
     return running
 
 
@@ -170,6 +172,24 @@ def describe(procs: list[psutil.Process], limit: int = 5) -> str:
         except psutil.Error:
             parts.append(f"pid {proc.pid}")
     return ", ".join(parts) + (f" and {len(procs) - limit} more" if len(procs) > limit else "")
+
+
+def stop_named(cluster_dir: Path, names: Sequence[str], grace_seconds: float = GRACE_SECONDS) -> list[str]:
+    """Stop just these recorded components (SIGTERM, SIGKILL after the grace period); their pid files go."""
+    recorded_now = recorded(cluster_dir)
+    procs = []
+    for name in names:
+        if name in recorded_now and alive(recorded_now[name]):
+            try:
+                procs.append(psutil.Process(recorded_now[name].pid))
+            except psutil.NoSuchProcess:
+                continue
+    stuck = terminate(procs, grace_seconds)
+    if stuck:
+        return [f"{describe([p])} survived SIGKILL" for p in stuck]
+    for name in names:
+        (cluster_dir / "pids" / f"{name}.json").unlink(missing_ok=True)
+    return []
 
 
 def stop_all(cluster_dir: Path, order: Sequence[list[str]] = (), grace_seconds: float = GRACE_SECONDS) -> list[str]:

@@ -1,0 +1,154 @@
+"""Restart a local cluster's control plane when a component dies, as a kubelet restarts static pods.
+
+    python -m harness.backends.local.supervisor --cluster-dir DIR
+
+`cluster up` starts one per cluster, last, as a component of its own (`pids/supervisor.json`); `down`
+stops it first, so nothing it restarts races a teardown. Every half second it looks at the
+supervised components' pid files. One that is gone is restarted from what its pid file recorded
+(argv, environment overrides, the cluster directory as working directory) after a backoff of 1, 2, 4,
+8, 16 s, at most MAX_RESTARTS times per component; then it gives up and the component stays dead,
+which the suite's watch (liveness.py) reports by name. Each death and restart goes to
+`logs/supervisor.log` with the component's log tail, and the counts to `supervisor.json`, which
+`cluster status` shows and the watch reads: a component the supervisor is about to restart is not
+dead yet.
+
+Supervised: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK and the cluster's
+own fake driver. Not the kubelets, containerd or kubelet plugins of real nodes: tests stop and
+restart those on purpose and judge what follows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from harness.backends.local import process
+from harness.core.files import write_atomic
+
+NAME = "supervisor"
+STATUS_FILE = "supervisor.json"
+SUPERVISED = frozenset({"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok",
+                        "fake-devices"})
+MAX_RESTARTS_ENV = "DRA_HARNESS_MAX_RESTARTS"
+MAX_RESTARTS = 5
+BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0)
+LOOK_EVERY = 0.5
+RESTARTING, RUNNING, GAVE_UP = "restarting", "running", "gave up"
+
+log = logging.getLogger("harness.supervisor")
+
+
+def argv(cluster_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "harness.backends.local.supervisor", f"--cluster-dir={os.path.abspath(cluster_dir)}"]
+
+
+def max_restarts() -> int:
+    try:
+        return max(0, int(os.environ.get(MAX_RESTARTS_ENV, MAX_RESTARTS)))
+    except ValueError:
+        return MAX_RESTARTS
+
+
+def read_status(cluster_dir: Path) -> dict[str, dict]:
+    """What the supervisor said per component: restarts, state, lastExit (empty without one)."""
+    try:
+        data = json.loads((cluster_dir / STATUS_FILE).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def running(cluster_dir: Path) -> bool:
+    """Whether this cluster's supervisor lives (so a dead component may still come back)."""
+    record = process.recorded(cluster_dir).get(NAME)
+    return record is not None and process.alive(record)
+
+
+class Supervisor:
+    def __init__(self, cluster_dir: Path, limit: int):
+        self.cluster_dir = cluster_dir
+        self.limit = limit
+        self.status: dict[str, dict] = read_status(cluster_dir)  # a restarted supervisor keeps the counts
+        self.stopping = threading.Event()
+
+    def _save(self) -> None:
+        write_atomic(self.cluster_dir / STATUS_FILE, json.dumps(self.status, indent=2, sort_keys=True))
+
+    def look(self) -> None:
+        for name, record in process.recorded(self.cluster_dir).items():
+            if name not in SUPERVISED or process.alive(record):
+                continue
+            entry = self.status.setdefault(name, {"restarts": 0, "state": RUNNING})
+            if entry["state"] == GAVE_UP:
+                continue
+            tail = process.tail(record.log, lines=10)
+            entry["lastExit"] = time.strftime("%H:%M:%S")
+            if entry["restarts"] >= self.limit:
+                entry["state"] = GAVE_UP
+                self._save()
+                log.error("%s (pid %s) exited; %d restarts already: giving up\n%s", name, record.pid,
+                          entry["restarts"], tail)
+                continue
+            delay = BACKOFF[min(entry["restarts"], len(BACKOFF) - 1)]
+            entry["state"] = RESTARTING
+            self._save()
+            log.warning("%s (pid %s) exited; restart %d of %d in %.0f s; last lines of its log:\n%s", name,
+                        record.pid, entry["restarts"] + 1, self.limit, delay, tail)
+            if self.stopping.wait(delay):
+                return
+            self._restart(name, entry)
+
+    def _restart(self, name: str, entry: dict) -> None:
+        path = self.cluster_dir / "pids" / f"{name}.json"
+        try:
+            data = json.loads(path.read_text())
+            command, env = list(data["argv"]), dict(data.get("env") or {})
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            entry["state"] = GAVE_UP
+            self._save()
+            log.error("%s: cannot restart, its pid file %s does not say how it was started (%s)", name, path, err)
+            return
+        again = process.recorded(self.cluster_dir).get(name)
+        if again is not None and process.alive(again):  # somebody started it meanwhile
+            entry["state"] = RUNNING
+            self._save()
+            return
+        with open(self.cluster_dir / "logs" / f"{name}.log", "a") as handle:
+            handle.write(f"--- dra-harness supervisor: restart {entry['restarts'] + 1} at {time.strftime('%H:%M:%S')} ---\n")
+        started = process.start(name, command, self.cluster_dir, env=env)
+        entry["restarts"] += 1
+        entry["state"] = RUNNING
+        self._save()
+        log.warning("%s restarted (pid %s)", name, started.pid)
+
+    def run(self) -> None:
+        while not self.stopping.wait(LOOK_EVERY):
+            if not self.cluster_dir.is_dir():
+                return  # the cluster is gone
+            self.look()
+
+
+def main(args: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.backends.local.supervisor")
+    parser.add_argument("--cluster-dir", required=True, type=Path)
+    options = parser.parse_args(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
+    supervisor = Supervisor(options.cluster_dir, max_restarts())
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: supervisor.stopping.set())
+    log.info("supervising %s in %s (at most %d restarts each)", ", ".join(sorted(SUPERVISED)),
+             options.cluster_dir, supervisor.limit)
+    supervisor.run()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The local cluster's supervisor (supervisor.py, issue 30 item 1): a supervised component that dies
+is started again from its pid file, at most the limit, then given up on; what it does not supervise
+stays dead. Real processes started the way the backend starts components; the supervisor runs in a
+thread with a short backoff."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+
+import pytest
+
+from harness.backends.local import liveness, process, supervisor
+from harness.k8s import wait
+
+SLEEPER = [sys.executable, "-c", "import os, sys, time; print(os.environ.get('MARK'), flush=True); time.sleep(120)"]
+
+
+@pytest.fixture
+def cluster_dir(tmp_path):
+    directory = tmp_path / "clusters" / "sv"
+    directory.mkdir(parents=True)
+    yield directory
+    process.stop_all(directory, grace_seconds=2)
+
+
+@pytest.fixture
+def supervising(cluster_dir, monkeypatch):
+    """A supervisor for `cluster_dir` in a thread (limit 2, backoff 0.05 s), recorded as this process."""
+    monkeypatch.setattr(supervisor, "BACKOFF", (0.05,))
+    monkeypatch.setattr(supervisor, "LOOK_EVERY", 0.05)
+    (cluster_dir / "pids").mkdir(exist_ok=True)
+    (cluster_dir / "pids" / "supervisor.json").write_text(json.dumps(process.identity(os.getpid())))
+    running = supervisor.Supervisor(cluster_dir, limit=2)
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    yield running
+    running.stopping.set()
+    thread.join(timeout=10)
+    (cluster_dir / "pids" / "supervisor.json").unlink(missing_ok=True)
+
+
+def _kill(cluster_dir, name: str) -> int:
+    record = process.recorded(cluster_dir)[name]
+    os.kill(record.pid, 9)
+    return record.pid
+
+
+def _restarted(cluster_dir, name: str, old_pid: int):
+    def check():
+        record = process.recorded(cluster_dir).get(name)
+        return record if record and record.pid != old_pid and process.alive(record) else None
+    return wait.until(f"{name} to be restarted", check, 30)
+
+
+def test_a_killed_scheduler_is_started_again_with_its_argv_and_env(cluster_dir, supervising):
+    process.start("kube-scheduler", SLEEPER, cluster_dir, env={"MARK": "from-the-pid-file"})
+    old = _kill(cluster_dir, "kube-scheduler")
+    new = _restarted(cluster_dir, "kube-scheduler", old)
+    wait.until("the restarted scheduler to print its environment",
+               lambda: "from-the-pid-file" in new.log.read_text().partition("--- dra-harness supervisor: restart 1 at")[2],
+               30)
+    status = supervisor.read_status(cluster_dir)["kube-scheduler"]
+    assert status["restarts"] == 1 and status["state"] == supervisor.RUNNING
+
+
+def test_after_the_limit_it_gives_up_and_the_watch_names_the_component(cluster_dir, supervising):
+    process.start("etcd", SLEEPER, cluster_dir)
+    watch = liveness.ComponentWatch("sv", cluster_dir)
+    pid = _kill(cluster_dir, "etcd")
+    for _ in range(2):  # the limit: each death but the last is restarted
+        pid = _restarted(cluster_dir, "etcd", pid).pid
+        pid = _kill(cluster_dir, "etcd")
+    wait.until("the supervisor to give up on etcd",
+               lambda: supervisor.read_status(cluster_dir).get("etcd", {}).get("state") == supervisor.GAVE_UP, 30)
+    assert supervisor.read_status(cluster_dir)["etcd"]["restarts"] == 2
+    with pytest.raises(liveness.ComponentDied, match="etcd"):
+        watch.check(look_now=True)
+
+
+def test_a_component_being_restarted_is_not_dead_to_the_watch(cluster_dir, supervising, monkeypatch):
+    monkeypatch.setattr(supervisor, "BACKOFF", (3.0,))
+    process.start("kube-apiserver", SLEEPER, cluster_dir)
+    watch = liveness.ComponentWatch("sv", cluster_dir)
+    before = watch.restarts()
+    old = _kill(cluster_dir, "kube-apiserver")
+    wait.until("the supervisor to notice", lambda: supervisor.read_status(cluster_dir).get("kube-apiserver", {})
+               .get("state") == supervisor.RESTARTING, 30)
+    watch.check(look_now=True)  # dead for now, but coming back: no death
+    assert "kube-apiserver died and was restarted" in watch.restarted_since(before)
+    _restarted(cluster_dir, "kube-apiserver", old)
+    assert "restart 1" in watch.restarted_since(before)
+    assert watch.restarted_since(watch.restarts()) == ""
+
+
+def test_what_it_does_not_supervise_stays_dead(cluster_dir, supervising):
+    process.start("kubelet-real-node-0", SLEEPER, cluster_dir)
+    process.start("kube-controller-manager", SLEEPER, cluster_dir)
+    kubelet = _kill(cluster_dir, "kubelet-real-node-0")
+    manager = _kill(cluster_dir, "kube-controller-manager")
+    _restarted(cluster_dir, "kube-controller-manager", manager)  # the same looks passed the kubelet by
+    assert process.recorded(cluster_dir)["kubelet-real-node-0"].pid == kubelet
+    assert not process.alive(process.recorded(cluster_dir)["kubelet-real-node-0"])
+    assert "kubelet-real-node-0" not in supervisor.read_status(cluster_dir)
+
+
+def test_without_a_supervisor_a_dead_component_is_dead_at_once(cluster_dir):
+    process.start("kwok", SLEEPER, cluster_dir)
+    _kill(cluster_dir, "kwok")
+    wait.until("kwok to be gone", lambda: not process.alive(process.recorded(cluster_dir)["kwok"]), 10)
+    with pytest.raises(liveness.ComponentDied, match="kwok"):
+        liveness.ComponentWatch("sv", cluster_dir).check(look_now=True)
