@@ -39,6 +39,10 @@ class ClusterSpec:
     real_nodes: int = 0  # nodes run by a real kubelet + containerd, beside the KWOK ones
     node_timeout: float = 300.0
     verbosity: int = 1
+    # The process whose end ends the cluster (process.identity(): a `run`, a pytest session): once it is
+    # gone, the cluster's supervisor tears the cluster down and the next `up` removes what is left.
+    # None: the cluster stays until `cluster down` (`cluster up`, --keep-cluster).
+    owner: dict | None = None
     # kind
     node_image: str | None = None  # default: the backend's pinned node image
     driver_base: str | None = None  # the offline base for deploy/Dockerfile (kindhost.driverbase); None: its own

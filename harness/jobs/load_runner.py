@@ -29,6 +29,7 @@ import yaml
 from fake_devices.config import PROFILE_LABEL
 from harness import backends
 from harness.backends.base import ClusterSpec
+from harness.backends.local import process
 from harness.config import cluster as cluster_config
 from harness.core import conditions
 from harness.core.errors import ConfigError, HarnessError, InvalidInput, Problem
@@ -134,7 +135,8 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = 
         info = backend.up(ClusterSpec(name=name, kubeconfig=kubeconfig, deploy=False))
     else:
         info = backend.up(ClusterSpec(name=name, definition=_definition(params, work),
-                                      feature_gates=f"SchedulerPreQueueingHints={str(hints is not False).lower()}"))
+                                      feature_gates=f"SchedulerPreQueueingHints={str(hints is not False).lower()}",
+                                      owner=None if keep_cluster else process.identity()))
     try:
         guest = None
         try:

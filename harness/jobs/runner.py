@@ -25,7 +25,7 @@ from pathlib import Path
 
 from harness import backends
 from harness.backends.base import Backend, ClusterSpec
-from harness.backends.local import vendor_plugin
+from harness.backends.local import process, vendor_plugin
 from harness.binaries import Versions
 from harness.config import cluster as cluster_config
 from harness.config import featuregates, vendor
@@ -321,6 +321,7 @@ def _cluster(checked: Plan, reporter: Reporter) -> tuple[Backend | None, str | N
     info = backend.up(ClusterSpec(name=name, nodes=options.nodes, preset=options.preset,
                                   feature_gates=options.feature_gates, definition=checked.definition,
                                   real_nodes=checked.real_nodes, versions=options.versions or Versions(),
-                                  binaries_dir=options.binaries_dir))
+                                  binaries_dir=options.binaries_dir,
+                                  owner=None if options.keep_cluster else process.identity()))
     reporter.info(f"cluster {name!r} is up: {info.server}")
     return backend, name, replace(info, real_nodes_reason=checked.no_real_node_reason)

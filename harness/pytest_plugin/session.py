@@ -102,7 +102,7 @@ def acquire_cluster(shared: Path, options: SessionOptions, run_id: str) -> Clust
         if info_file.exists():
             return read_cluster(info_file)
         try:
-            info, owned = _start_or_attach(options, run_id)
+            info, owned = _start_or_attach(options, run_id, shared)
         except BaseException as err:
             error_file.write_text(str(err) or type(err).__name__)
             raise
@@ -123,7 +123,15 @@ def release_cluster(shared: Path, options: SessionOptions, reporter: Reporter | 
     return leftovers
 
 
-def _start_or_attach(options: SessionOptions, run_id: str) -> tuple[ClusterInfo, bool]:
+def _controller(shared: Path) -> dict | None:
+    """The identity of the run's controller (it tears the cluster down, so the cluster ends with it)."""
+    try:
+        return json.loads((shared / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _start_or_attach(options: SessionOptions, run_id: str, shared: Path) -> tuple[ClusterInfo, bool]:
     if options.cluster_record:  # the job that started the cluster owns it
         return read_cluster(Path(options.cluster_record).expanduser()), False
     backend = backends.get(options.backend, Reporter(), flag="--dra-backend")
@@ -139,7 +147,8 @@ def _start_or_attach(options: SessionOptions, run_id: str) -> tuple[ClusterInfo,
                                     f"--name {options.cluster_name}`")
         return backend.info(options.cluster_name), False
     real_nodes, reason = backend.resolve_real_nodes(options.real_nodes, "--dra-real-nodes")
-    info = backend.up(ClusterSpec(name=options.cluster_name or f"pytest-{run_id}", nodes=options.nodes,
+    info = backend.up(ClusterSpec(owner=None if options.keep_cluster else _controller(shared),
+                                  name=options.cluster_name or f"pytest-{run_id}", nodes=options.nodes,
                                   preset=options.preset, feature_gates=options.feature_gates, real_nodes=real_nodes,
                                   binaries_dir=Path(options.binaries_dir) if options.binaries_dir else None))
     return replace(info, real_nodes_reason=reason), True

@@ -117,7 +117,8 @@ class SanityTarget:
             root.mkdir(parents=True)
             (root / OWNER_FILE).write_text(json.dumps({"cluster": self.name, **process.identity()}))
             self.backend = backends.get("local", self.reporter)
-            info = self.backend.up(ClusterSpec(name=self.name, nodes=len(NODES), real_nodes=0))
+            info = self.backend.up(ClusterSpec(name=self.name, nodes=len(NODES), real_nodes=0,
+                                               owner=process.identity()))
             self.kubeconfig = Path(info.kubeconfig)
             self.clients = Clients(self.kubeconfig)
             self._namespace()

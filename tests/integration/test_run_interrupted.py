@@ -18,6 +18,7 @@ import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.backends.local import process
@@ -101,3 +102,77 @@ def test_interrupted_run_reports_finished_tests_and_stops_its_cluster(tmp_path, 
     # The cluster it started is gone: no component left, no state left.
     assert not [running.pid for running in components if process.alive(running)], output
     assert not (state_dir / "clusters" / name).exists(), output
+
+
+def _suite_processes(report_dir: Path) -> list[psutil.Process]:
+    """The run's pytest (and any worker of it): it runs in a session of its own, so a SIGKILL of the
+    run does not reach it."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if f"--dra-report-dir={report_dir}" in (proc.info["cmdline"] or []):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_run_killed_with_sigkill_leaves_nothing_running(tmp_path):
+    """SIGKILL cannot be handled: the run's cluster is torn down by its supervisor once the run is gone
+    (ClusterSpec.owner), the orphaned suite ends as its cluster goes, and the next run starts clean."""
+    state_dir, report_dir = tmp_path / "state", tmp_path / "reports"
+    env = {**os.environ, paths.STATE_ENV: str(state_dir), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    env.pop("KUBECONFIG", None)
+    name = f"intr-kill-{uuid.uuid4().hex[:5]}"
+    command = [sys.executable, "-m", "harness.cli", "run", "--name", name, "--real-nodes", "0", "-n", "1",
+               "--report-dir", str(report_dir)]
+    with open(tmp_path / "run.log", "w") as log:
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait.until("the first test result in results.json", lambda: _results(report_dir) or proc.poll() is not None,
+                       FIRST_RESULT_TIMEOUT, interval=0.5, diagnostics=lambda: (tmp_path / "run.log").read_text()[-3000:])
+            assert proc.poll() is None, "the run ended before it could be killed"
+            components = _cluster_processes(state_dir)
+            assert any(c.name == "supervisor" for c in components), [c.name for c in components]
+            proc.kill()
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    directory = state_dir / "clusters" / name
+    wait.until("the supervisor to take the orphaned cluster down",
+               lambda: not directory.exists() and not [c for c in components if process.alive(c)], STOP_TIMEOUT,
+               diagnostics=lambda: process.tail(directory / "logs" / "supervisor.log"))
+    wait.until("the orphaned suite to end", lambda: not _suite_processes(report_dir), STOP_TIMEOUT)
+    assert json.loads((report_dir / "results.json").read_text())  # what finished is still there, whole
+
+
+def test_the_next_up_removes_a_cluster_whose_owner_and_supervisor_were_both_killed(tmp_path):
+    state_dir = tmp_path / "state"
+    env = {**os.environ, paths.STATE_ENV: str(state_dir), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        script = ("import sys; from harness.backends.local.backend import LocalBackend; "
+                  "from harness.backends.base import ClusterSpec; from harness.backends.local import process; "
+                  f"LocalBackend().up(ClusterSpec(name='orphan', nodes=0, owner=process.identity({owner.pid})))")
+        subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+        directory = state_dir / "clusters" / "orphan"
+        components = [process.Running(p.stem, **process.identity_fields(json.loads(p.read_text())))
+                      for p in (directory / "pids").glob("*.json")]
+        supervisor_record = [c for c in components if c.name == "supervisor"][0]
+        os.kill(supervisor_record.pid, signal.SIGKILL)  # the machine's session ended: nobody tears it down
+        wait.until("the supervisor to die", lambda: not process.alive(supervisor_record), 30)
+    finally:
+        owner.kill()
+        owner.wait()
+    result = subprocess.run([sys.executable, "-m", "harness.cli", "cluster", "up", "--name", "next", "--nodes", "0",
+                             "--real-nodes", "0"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "removing cluster 'orphan': the run that owned it" in result.stdout + result.stderr
+        assert not directory.exists()
+        assert not [c.name for c in components if process.alive(c)]
+    finally:
+        subprocess.run([sys.executable, "-m", "harness.cli", "cluster", "down", "--name", "next"], cwd=REPO, env=env,
+                       capture_output=True, timeout=300)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 
 import pytest
+import yaml
 
-from harness.backends.local import liveness, process, supervisor
+from harness.backends.local import liveness, process, state, supervisor
 from harness.k8s import wait
 
 SLEEPER = [sys.executable, "-c", "import os, sys, time; print(os.environ.get('MARK'), flush=True); time.sleep(120)"]
@@ -112,3 +114,34 @@ def test_without_a_supervisor_a_dead_component_is_dead_at_once(cluster_dir):
     wait.until("kwok to be gone", lambda: not process.alive(process.recorded(cluster_dir)["kwok"]), 10)
     with pytest.raises(liveness.ComponentDied, match="kwok"):
         liveness.ComponentWatch("sv", cluster_dir).check(look_now=True)
+
+
+# --- a cluster ends with its owner -------------------------------------------------------------------
+
+def _dead_identity() -> dict:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    identity = process.identity(child.pid)
+    child.wait(timeout=10)
+    return identity
+
+
+@pytest.mark.parametrize("owner, phase, gone", [("dead", "running", True), ("alive", "running", False),
+                                                 (None, "running", False), ("dead", "starting", False)])
+def test_the_owner_decides_when_the_cluster_ends(cluster_dir, owner, phase, gone):
+    identity = {"dead": _dead_identity, "alive": lambda: process.identity(os.getpid()), None: lambda: None}[owner]()
+    (cluster_dir / state.STATE_FILE).write_text(yaml.safe_dump({"phase": phase, "ownedBy": identity}))
+    found = supervisor.Supervisor(cluster_dir, limit=1).owner_gone()
+    assert (found == identity["pid"]) if gone else found is None
+
+
+def test_a_supervisor_whose_owner_died_runs_cluster_down_and_stops(cluster_dir, monkeypatch):
+    monkeypatch.setattr(supervisor, "LOOK_EVERY", 0.05)
+    identity = _dead_identity()
+    (cluster_dir / state.STATE_FILE).write_text(yaml.safe_dump({"phase": "running", "ownedBy": identity}))
+    running = supervisor.Supervisor(cluster_dir, limit=1)
+    called = []
+    monkeypatch.setattr(running, "tear_down", called.append)
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    assert not thread.is_alive() and called == [identity["pid"]]

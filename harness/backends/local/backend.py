@@ -58,6 +58,21 @@ def _abandoned_by(cluster: state.ClusterState) -> int | None:
     return None if process.alive(starter) else starter.pid
 
 
+def orphaned_by(data: dict) -> int | None:
+    """The pid of the owner (ClusterSpec.owner) of a cluster that is gone, or None. One still being
+    started counts only once its `cluster up` is gone too."""
+    if not isinstance(data.get("ownedBy"), dict):
+        return None
+    owner = process.Running("owner", **process.identity_fields(data["ownedBy"]))
+    if process.alive(owner):
+        return None
+    if data.get("phase") == "starting" and isinstance(data.get("startedBy"), dict):
+        starter = process.Running("cluster up", **process.identity_fields(data["startedBy"]))
+        if process.alive(starter):
+            return None
+    return owner.pid
+
+
 class LocalBackend(Backend):
     name = "local"
     spec_flags = {"--nodes": "nodes", "--real-nodes": "real_nodes", "--preset": "preset",
@@ -104,6 +119,7 @@ class LocalBackend(Backend):
             runtime_overrides=",".join(filter(None, [definition.runtime_flag() if definition else "",
                                                      options.runtime_config])))
         featuregates.resolve(matrix, **gate_args)
+        self.remove_orphans()
         self._clear_stale(name)
         diskspace.require_room(paths.clusters_dir(), STATE_ROOM, "state directory",
                                hint=f"free some space, or point {paths.STATE_ENV} at a directory with more room")
@@ -118,7 +134,8 @@ class LocalBackend(Backend):
         node_specs = nodes.from_definition(definition) if definition else nodes.default_nodes(options.nodes)
         try:
             cluster = state.create(name, {"backend": self.name, "phase": "starting", "ports": allocated,
-                                          "startedBy": process.identity(), "binaries": str(binset.directory),
+                                          "startedBy": process.identity(), "ownedBy": options.owner,
+                                          "binaries": str(binset.directory),
                                           "kubernetesVersion": options.versions.kubernetes,
                                           "features": features.to_dict(), "nodes": len(node_specs),
                                           "definition": definition.source if definition else None})
@@ -142,6 +159,28 @@ class LocalBackend(Backend):
         cluster.data["startSeconds"] = round(time.monotonic() - started, 2)
         cluster.save()
         return self._info(cluster)
+
+    def remove_orphans(self) -> list[str]:
+        """Take down the clusters whose owner (a `run`, a pytest session: ClusterSpec.owner) is gone, which
+        their supervisor did not get to (it was killed too). Returns their names."""
+        removed = []
+        for name in state.all_names():
+            try:
+                cluster = state.load(name)
+            except HarnessError:
+                continue
+            owner = orphaned_by(cluster.data)
+            if owner is None:
+                continue
+            self.reporter.info(f"removing cluster {name!r}: the run that owned it (pid {owner}) is gone")
+            try:
+                leftovers = self.down(name)
+            except ClusterNotFound:
+                continue  # its supervisor or another `up` got there first
+            if leftovers:
+                self.reporter.info(f"clean-up of {name!r} left: {', '.join(leftovers)}")
+            removed.append(name)
+        return removed
 
     def _clear_stale(self, name: str) -> None:
         if not state.cluster_dir(name).exists():

@@ -12,6 +12,11 @@ which the suite's watch (liveness.py) reports by name. Each death and restart go
 `cluster status` shows and the watch reads: a component the supervisor is about to restart is not
 dead yet.
 
+A cluster with an owner (ClusterSpec.owner: the `dra-harness run` or pytest session it was made for)
+ends with it: once the owner is gone without taking the cluster down (SIGKILL, the OOM killer, a CI
+timeout), the supervisor runs `cluster down` for it within a few seconds, so nothing is left running
+for the next run to trip over.
+
 Supervised: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK and the cluster's
 own fake driver. Not the kubelets, containerd or kubelet plugins of real nodes: tests stop and
 restart those on purpose and judge what follows.
@@ -24,12 +29,16 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from harness.backends.local import process
+import yaml
+
+from harness.backends.local import process, state
+from harness.core import paths
 from harness.core.files import write_atomic
 
 NAME = "supervisor"
@@ -40,6 +49,7 @@ MAX_RESTARTS_ENV = "DRA_HARNESS_MAX_RESTARTS"
 MAX_RESTARTS = 5
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0)
 LOOK_EVERY = 0.5
+OWNER_EVERY = 4  # looks between checks of the owner (2 s)
 RESTARTING, RUNNING, GAVE_UP = "restarting", "running", "gave up"
 
 log = logging.getLogger("harness.supervisor")
@@ -128,10 +138,38 @@ class Supervisor:
         self._save()
         log.warning("%s restarted (pid %s)", name, started.pid)
 
+    def owner_gone(self) -> int | None:
+        """The pid of the cluster's owner (ClusterSpec.owner) once it is gone, else None."""
+        try:
+            data = yaml.safe_load((self.cluster_dir / state.STATE_FILE).read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            return None
+        owner = data.get("ownedBy") if isinstance(data, dict) else None
+        if not isinstance(owner, dict) or data.get("phase") == "starting":
+            return None
+        record = process.Running("owner", **process.identity_fields(owner))
+        return None if process.alive(record) else record.pid
+
+    def tear_down(self, owner: int) -> None:
+        """The owner was killed before its clean-up: `cluster down` in a process of its own (it stops
+        this supervisor first, so it must not be our child in our session)."""
+        log.warning("the owner of this cluster (pid %s) is gone without taking it down: running `cluster down`", owner)
+        subprocess.Popen([sys.executable, "-m", "harness.cli", "-q", "cluster", "down", "--name", self.cluster_dir.name],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         cwd="/", start_new_session=True,
+                         env={**os.environ, paths.STATE_ENV: str(self.cluster_dir.parent.parent)})
+
     def run(self) -> None:
+        looks = 0
         while not self.stopping.wait(LOOK_EVERY):
             if not self.cluster_dir.is_dir():
                 return  # the cluster is gone
+            looks += 1
+            if looks % OWNER_EVERY == 0:
+                owner = self.owner_gone()
+                if owner is not None:
+                    self.tear_down(owner)
+                    return
             self.look()
 
 
