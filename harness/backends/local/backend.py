@@ -177,6 +177,9 @@ class LocalBackend(Backend):
                 leftovers = self.down(name)
             except ClusterNotFound:
                 continue  # its supervisor or another `up` got there first
+            except (HarnessError, OSError) as err:  # racing another clean-up: never a reason to refuse this `up`
+                self.reporter.info(f"clean-up of {name!r} did not finish ({err}); the next `up` tries again")
+                continue
             if leftovers:
                 self.reporter.info(f"clean-up of {name!r} left: {', '.join(leftovers)}")
             removed.append(name)
