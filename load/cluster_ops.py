@@ -89,17 +89,22 @@ class BindingWatch:
         if self._watch:
             self._watch.stop()
 
-    def next_binding_after(self, since: float, timeout: float, among: set[str] | None = None) -> float | None:
-        """Seconds from `since` to the first binding after it not yet attributed to another event."""
+    def next_binding_after(self, since: float, timeout: float, among: set[str] | None = None,
+                           issued: float | None = None) -> float | None:
+        """Seconds from `since` (the unblocking call returned) to the first binding not yet attributed
+        to another event. A binding seen while the call was still returning (after `issued`) counts,
+        as 0: on a loaded machine the scheduler can bind before the client has read the response, and
+        such an event was counted as missed."""
         deadline = time.monotonic() + timeout
+        earliest = since if issued is None else min(issued, since)
         while True:
             self._changed.clear()
             candidates = [(t, name) for name, t in self.bound_at.items()
-                          if t >= since and name not in self.claimed and (among is None or name in among)]
+                          if t >= earliest and name not in self.claimed and (among is None or name in among)]
             if candidates:
                 when, name = min(candidates)
                 self.claimed.add(name)
-                return when - since
+                return max(0.0, when - since)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._changed.wait(remaining):  # woken by the next binding
                 return None
@@ -131,6 +136,9 @@ def explain_unbound(core, namespace: str, watch: BindingWatch, since: float, que
     if bound_unseen:
         seen.insert(0, f"missed watch: {len(bound_unseen)} pods are bound on the API server but the watch never "
                        f"saw it ({', '.join(bound_unseen[:5])})")
+    early = sorted(name for name, t in watch.bound_at.items() if t < since and name not in watch.claimed)
+    if early:
+        seen.append(f"bound before this event's call returned and attributed to no event: {', '.join(early[:5])}")
     late = sorted(name for name, t in watch.bound_at.items() if t >= since and name in watch.claimed)
     if late:
         seen.append(f"bindings after the event went to earlier events: {', '.join(late[:5])}")

@@ -452,7 +452,7 @@ class DRAUser(User):
                                 f"{_error_text(err)}", time.monotonic() - started)
             return
         since = time.monotonic()
-        latency = STATE["watch"].next_binding_after(since, options.event_timeout, self._among())
+        latency = STATE["watch"].next_binding_after(since, options.event_timeout, self._among(), issued=started)
         if latency is None:
             reason = ops.explain_unbound(STATE["core"], STATE["namespace"], STATE["watch"], since, _queues(options))
             try:
