@@ -20,9 +20,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_runs import isolated_env, start_run  # tests/integration/cli_runs.py
 
 from harness.backends.local import process
-from harness.core import paths
 from harness.jobs import report
 from harness.k8s import wait
 
@@ -55,13 +55,9 @@ def _cluster_processes(state_dir: Path) -> list[process.Running]:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_run_reports_finished_tests_and_stops_its_cluster(tmp_path, signum):
     state_dir, report_dir = tmp_path / "state", tmp_path / "reports"
-    env = {**os.environ, paths.STATE_ENV: str(state_dir), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    env.pop("KUBECONFIG", None)
     name = f"intr-{signum.name.lower()}-{uuid.uuid4().hex[:5]}"
-    command = [sys.executable, "-m", "harness.cli", "run", "--name", name, "--real-nodes", "0", "-n", "1",
-               "--report-dir", str(report_dir)]
     log = open(tmp_path / "run.log", "w")
-    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = start_run(name, report_dir, isolated_env(state_dir), log)
     try:
         wait.until("the first test result in results.json", lambda: _results(report_dir) or proc.poll() is not None,
                    FIRST_RESULT_TIMEOUT, interval=0.5,
@@ -121,13 +117,9 @@ def test_a_run_killed_with_sigkill_leaves_nothing_running(tmp_path):
     """SIGKILL cannot be handled: the run's cluster is torn down by its supervisor once the run is gone
     (ClusterSpec.owner), the orphaned suite ends as its cluster goes, and the next run starts clean."""
     state_dir, report_dir = tmp_path / "state", tmp_path / "reports"
-    env = {**os.environ, paths.STATE_ENV: str(state_dir), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    env.pop("KUBECONFIG", None)
     name = f"intr-kill-{uuid.uuid4().hex[:5]}"
-    command = [sys.executable, "-m", "harness.cli", "run", "--name", name, "--real-nodes", "0", "-n", "1",
-               "--report-dir", str(report_dir)]
     with open(tmp_path / "run.log", "w") as log:
-        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = start_run(name, report_dir, isolated_env(state_dir), log)
         try:
             wait.until("the first test result in results.json", lambda: _results(report_dir) or proc.poll() is not None,
                        FIRST_RESULT_TIMEOUT, interval=0.5, diagnostics=lambda: (tmp_path / "run.log").read_text()[-3000:])
@@ -150,7 +142,7 @@ def test_a_run_killed_with_sigkill_leaves_nothing_running(tmp_path):
 
 def test_the_next_up_removes_a_cluster_whose_owner_and_supervisor_were_both_killed(tmp_path):
     state_dir = tmp_path / "state"
-    env = {**os.environ, paths.STATE_ENV: str(state_dir), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    env = isolated_env(state_dir)
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         script = ("import sys; from harness.backends.local.backend import LocalBackend; "

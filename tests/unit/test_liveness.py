@@ -14,14 +14,6 @@ from harness.k8s import wait
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 
-@pytest.fixture
-def cluster_dir(tmp_path):
-    directory = tmp_path / "clusters" / "lv"
-    directory.mkdir(parents=True)
-    yield directory
-    process.stop_all(directory, grace_seconds=2)
-
-
 def _kill(running: process.Running) -> None:
     assert running.popen is not None
     running.popen.kill()

@@ -21,14 +21,6 @@ SLEEPER = [sys.executable, "-c", "import os, sys, time; print(os.environ.get('MA
 
 
 @pytest.fixture
-def cluster_dir(tmp_path):
-    directory = tmp_path / "clusters" / "sv"
-    directory.mkdir(parents=True)
-    yield directory
-    process.stop_all(directory, grace_seconds=2)
-
-
-@pytest.fixture
 def supervising(cluster_dir, monkeypatch):
     """A supervisor for `cluster_dir` in a thread (limit 2, backoff 0.05 s), recorded as this process."""
     monkeypatch.setattr(supervisor, "BACKOFF", (0.05,))
