@@ -88,7 +88,8 @@ class ComponentWatch:
         return {name: int(entry.get("restarts", 0)) for name, entry in supervisor.read_status(self.cluster_dir).items()}
 
     def restarted_since(self, before: dict[str, int]) -> str:
-        """'kube-scheduler was restarted (exited at T, restart 1)' for what restarted since `before`; '' if none."""
+        """'kube-scheduler died and was restarted by the supervisor during this test (...)' for each
+        component restarted since `before` or being restarted now; '' if none."""
         said = supervisor.read_status(self.cluster_dir)
         parts = [f"{name} died and was restarted by the supervisor during this test (exited at "
                  f"{entry.get('lastExit', '?')}, restart {entry.get('restarts')}; {self.cluster_dir / 'logs' / 'supervisor.log'})"

@@ -37,14 +37,14 @@ from pathlib import Path
 
 import yaml
 
-from harness.backends.local import process, state
+from harness.backends.local import components, process, state
 from harness.core import paths
 from harness.core.files import write_atomic
 
 NAME = "supervisor"
 STATUS_FILE = "supervisor.json"
-SUPERVISED = frozenset({"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok",
-                        "fake-devices"})
+# What `down` stops in order (the control plane and the cluster's fake driver), less the supervisor.
+SUPERVISED = frozenset(name for group in components.STOP_ORDER for name in group) - {NAME}
 MAX_RESTARTS_ENV = "DRA_HARNESS_MAX_RESTARTS"
 MAX_RESTARTS = 5
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0)
