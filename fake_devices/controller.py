@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from fake_devices import render, variants
+from fake_devices import attacher, render, variants
 from fake_devices.config import PROFILE_LABEL, DriverConfig
 from fake_devices.faults import parse_faults
 from fake_devices.plan import plan_pool
@@ -63,6 +63,9 @@ class _Source(NamedTuple):
     kwargs: dict[str, str]
     on_list: Callable[[list], None]
     on_event: Callable[[str, Any], None]
+    # the client's model of one item where the watch cannot derive it from the list's name (the client
+    # calls resource.k8s.io/v1 ResourceClaim ResourceV1ResourceClaim, beside core's CoreV1ResourceClaim)
+    item_type: str | None = None
 
 
 def _api_message(err: ApiException) -> tuple[str, list[str]]:
@@ -103,6 +106,9 @@ class FakeDriver:
         self._retrying: set[str] = set()  # failed for a passing reason, retry scheduled: not idle yet
         self.rejected: dict[str, SliceRejected] = {}  # node -> the API server's refusal of its newest try
         self.errors: list[str] = []
+        # devices with binding conditions need their attach controller (fake_devices.attacher)
+        self.attacher = attacher.Attacher(api_client, self._binding_of, self._stop) \
+            if attacher.has_bindings(config.profiles) else None
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -250,6 +256,14 @@ class FakeDriver:
 
     # --- state from the API ---------------------------------------------------------------------
 
+    def _binding_of(self, driver: str, pool: str, device: str):
+        """The profile's binding settings of one of this instance's devices (pool = node name), or None."""
+        if driver not in self.drivers.all():
+            return None
+        with self._lock:
+            entry = self._nodes.get(pool)
+        return attacher.binding_of(self.config.profiles[entry[1]], device) if entry else None
+
     def _node_profile(self, node) -> str | None:
         explicit = self.profile_for(node.metadata.name)
         if self._explicit:
@@ -283,7 +297,9 @@ class FakeDriver:
         return [_Source("nodes", self.core.list_node, {}, self._replace_nodes, self._on_node),
                 _Source("slices", self.resource.list_resource_slice, slices, self._replace_slices, self._on_slice),
                 _Source("faults", self.core.list_namespaced_config_map, faults, self._replace_faults,
-                        self._on_faults)]
+                        self._on_faults)] + \
+            ([_Source("claims", self.resource.list_resource_claim_for_all_namespaces, {}, self.attacher.on_list,
+                      self.attacher.on_event, "ResourceV1ResourceClaim")] if self.attacher else [])
 
     def _list(self, source: "_Source") -> str:
         """List a source, take its items as the whole truth, and return the resourceVersion to watch from."""
@@ -293,7 +309,7 @@ class FakeDriver:
 
     def _watch_forever(self, source: "_Source", resource_version: str | None) -> None:
         while not self._stop.is_set():
-            watch = kubernetes.watch.Watch()
+            watch = kubernetes.watch.Watch(return_type=source.item_type)
             with self._lock:
                 self._watches.add(watch)
             try:

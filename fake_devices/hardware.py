@@ -25,6 +25,17 @@ class NumaNode:
 
 
 @dataclass(frozen=True)
+class Binding:
+    """Devices that need an external controller before a pod may bind (DRADeviceBindingConditions): the
+    conditions they publish, and how the fake driver's attach controller acts them out."""
+    conditions: tuple[str, ...]
+    failure_conditions: tuple[str, ...]
+    binds_to_node: bool = True
+    attach: str = "succeeds"  # succeeds | fails-once | fails | never
+    attach_seconds: float = 2.0  # from allocation to the controller's answer
+
+
+@dataclass(frozen=True)
 class MigPartition:
     profile: str
     start: int
@@ -44,6 +55,7 @@ class GpuGroup:
     partitions: tuple[MigPartition, ...] = ()
     prefix: str = "gpu"
     attributes: dict = field(default_factory=dict)  # extra vendor attributes, already in API form
+    binding: Binding | None = None
 
     def mig_table(self) -> dict[str, mig.MigProfile]:
         return mig.TABLES.get(self.model, {})

@@ -17,6 +17,7 @@ from fake_devices import mig, render, yamlfile
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.hardware import (
     Attachment,
+    Binding,
     GpuGroup,
     IoShare,
     MigPartition,
@@ -26,7 +27,15 @@ from fake_devices.hardware import (
     Publish,
     StorageGroup,
 )
-from fake_devices.schema import DNS_LABEL, Reader, is_qualified_name, label_problems, quantity_value, read_header
+from fake_devices.schema import (
+    DNS_LABEL,
+    LABEL_NAME,
+    Reader,
+    is_qualified_name,
+    label_problems,
+    quantity_value,
+    read_header,
+)
 
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
 KIND = "NodeProfile"
@@ -244,6 +253,7 @@ def _gpu_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> GpuGroup
         partitions.append((p, p.str("profile", required=True), p.int("start", required=True, minimum=0)))
         p.done()
     mig_reader.done()
+    binding = _binding(r.mapping("binding"), "binding" in r.data)
     r.done()
     if model and not known and (memory is None or multiprocessors is None or architecture is None):
         r.fail(r.at("model"), f"unknown GPU model {model!r}: give memory, multiprocessors and architecture",
@@ -262,7 +272,46 @@ def _gpu_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> GpuGroup
         mig_reader.fail(mig_reader.at("partitions"), "partitions are only used with mode fixed")
     checked = _check_partitions(mig_reader, table, partitions) if mode == "fixed" else ()
     return GpuGroup(model, count, memory, multiprocessors, architecture or "", capability or "", attach,
-                    interconnect, mode or "none", checked, prefix, extra)
+                    interconnect, mode or "none", checked, prefix, extra, binding)
+
+
+ATTACH_OUTCOMES = ("succeeds", "fails-once", "fails", "never")
+MAX_BINDING_CONDITIONS = 4  # k8s.io/api@v0.37.2 resource/v1 BindingConditionsMaxSize
+
+
+def _binding(r: Reader, present: bool) -> Binding | None:
+    """`binding: {conditions, failureConditions, bindsToNode, attach, attachSeconds}`: devices that wait for
+    an attach controller before a pod binds (DRADeviceBindingConditions), checked by the API server's rules
+    (k8s.io/kubernetes@v1.37.2 pkg/apis/resource/validation: validateDeviceBindingParameters)."""
+    if not present:
+        return None
+    lists = {}
+    for key in ("conditions", "failureConditions"):
+        names = []
+        for i, name in enumerate(r.scalars(key)):
+            if not isinstance(name, str) or len(name) > 316 or not LABEL_NAME.match(name):
+                r.fail(f"{r.at(key)}[{i}]", f"{name!r} is not a condition type",
+                       "a qualified name, e.g. Attached or example.com/attached")
+            elif name in names:
+                r.fail(f"{r.at(key)}[{i}]", f"{name} is listed twice")
+            else:
+                names.append(name)
+        if not names and not r.scalars(key):
+            r.fail(r.at(key), "must list at least one condition type (the API server needs both lists)",
+                   f"1..{MAX_BINDING_CONDITIONS} condition types")
+        elif len(names) > MAX_BINDING_CONDITIONS:
+            r.fail(r.at(key), f"lists {len(names)} condition types", f"at most {MAX_BINDING_CONDITIONS}")
+        lists[key] = tuple(names)
+    both = set(lists["conditions"]) & set(lists["failureConditions"])
+    if both:
+        r.fail(r.at("failureConditions"), f"{', '.join(sorted(both))} is also a binding condition",
+               "condition types distinct from `conditions`")
+    binds_to_node = r.bool("bindsToNode", default=True)
+    attach = r.str("attach", default="succeeds", choices=ATTACH_OUTCOMES) or "succeeds"
+    seconds = r.int("attachSeconds", default=2, minimum=0, maximum=3600)
+    r.done()
+    return Binding(lists["conditions"], lists["failureConditions"], binds_to_node, attach,
+                   float(seconds if seconds is not None else 2))
 
 
 def _check_partitions(r: Reader, table: dict[str, mig.MigProfile], partitions) -> tuple[MigPartition, ...]:

@@ -107,6 +107,8 @@ def _gpu_devices(node: str, group: GpuGroup, per_root: dict) -> tuple[list[dict]
                                              "index": {"int": i}, "migCapable": {"bool": bool(table)}, **common},
                 "capacity": {"memory": {"value": group.memory},
                              "multiprocessors": {"value": str(group.multiprocessors)}}}
+        binding = _binding_fields(group)
+        full.update(copy.deepcopy(binding))
         if group.mig_mode == "none":
             devices.append(full)
             continue
@@ -143,8 +145,20 @@ def _gpu_devices(node: str, group: GpuGroup, per_root: dict) -> tuple[list[dict]
                 if profile.media:
                     used["media-units"] = {"value": "1"}
                 device["consumesCounters"] = [{"counterSet": counter_set, "counters": used}]
+            device.update(copy.deepcopy(binding))
             devices.append(device)
     return devices, counter_sets
+
+
+def _binding_fields(group: GpuGroup) -> dict:
+    """A device's DRADeviceBindingConditions fields (k8s.io/api@v0.37.2 resource/v1 Device)."""
+    if group.binding is None:
+        return {}
+    fields: dict = {"bindingConditions": list(group.binding.conditions),
+                    "bindingFailureConditions": list(group.binding.failure_conditions)}
+    if group.binding.binds_to_node:
+        fields["bindsToNode"] = True
+    return fields
 
 
 def _storage_devices(node: str, group: StorageGroup, per_root: dict) -> list[dict]:

@@ -72,6 +72,14 @@ TABLE: dict[str, tuple[str, str]] = {
                                              "standard attributes are set from the topology"),
     "profile-attribute-value-too-long": ("spec.gpus[0].attributes.firmware", "unsupported attribute value"),
     "profile-attribute-version-not-semver": ("spec.gpus[0].attributes.driverVersion", "unsupported attribute value"),
+    # --- binding conditions ---
+    "profile-binding-without-failure-conditions": ("spec.gpus[0].binding.failureConditions",
+                                                   "must list at least one condition type"),
+    "profile-binding-conditions-overlap": ("spec.gpus[0].binding.failureConditions",
+                                           "attached is also a binding condition"),
+    "profile-binding-condition-invalid": ("spec.gpus[0].binding.conditions[0]", "'not a type!' is not a condition type"),
+    "profile-binding-too-many-conditions": ("spec.gpus[0].binding.conditions", "lists 5 condition types"),
+    "profile-binding-attach-unknown": ("spec.gpus[0].binding.attach", "unknown value 'sometimes'"),
     # --- document ---
     "profile-unknown-field": ("spec.nics[0].cout", "unknown field"),
     "profile-wrong-api-version": ("apiVersion", "unsupported apiVersion 'dra-harness.x-k8s.io/v1'"),
