@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
+from harness.config import featuregates
 from harness.core import diskspace
 from harness.core.errors import ConfigError, Problem
 from harness.core.files import write_atomic
@@ -100,7 +101,35 @@ def build(results: list[dict], *, cluster: dict | None = None, run: dict | None 
     return {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **counts,
             "interrupted": bool(interrupted), "interruptedReason": interrupted or "",
             "seconds": round(sum(r["seconds"] for r in results), 1), "run": run, "cluster": cluster or {},
-            "matrix": rows, "uncredited": uncredited}
+            "matrix": rows, "uncredited": uncredited, "gates": gate_coverage(results, cluster)}
+
+
+STAGE_ORDER = {"GA": 0, "beta": 1, "alpha": 2}
+
+
+def gate_coverage(results: list[dict], cluster: dict | None) -> list[dict]:
+    """One row per DRA-related gate of the cluster's Kubernetes version (clusters/feature-gates/): its
+    stage, whether the cluster runs with it, and the tests marked with it; "no test" where there is none.
+    Empty when the version is unknown or has no gate matrix."""
+    version = str((cluster or {}).get("version") or "")
+    try:
+        matrix = featuregates.load_matrix(version) if version else None
+    except (ConfigError, OSError, ValueError):
+        matrix = None
+    if matrix is None:
+        return []
+    running = (cluster or {}).get("gates") or {}
+    rows = []
+    for gate, info in sorted(matrix.gates.items(), key=lambda kv: (STAGE_ORDER.get(kv[1].stage, 9), kv[0])):
+        marked = [r for r in results
+                  if gate in ((r.get("properties") or {}).get("dra_features")
+                              or [(r.get("properties") or {}).get("dra_feature")])]
+        outcomes = {k: sum(1 for r in marked if r["outcome"] == k) for k in OUTCOMES}
+        status = ("no test" if not marked else "FAIL" if outcomes["failed"] else "pass" if outcomes["passed"]
+                  else "xfail" if outcomes["xfailed"] else "not run")
+        rows.append({"gate": gate, "stage": info.stage, "on": running.get(gate), "tests": len(marked),
+                     "passed": outcomes["passed"], "failed": outcomes["failed"], "status": status})
+    return rows
 
 
 def write(report_dir: Path, results: list[dict], *, cluster: dict | None = None, run: dict | None = None,
@@ -202,6 +231,15 @@ def markdown(data: dict) -> str:
     for row in data["matrix"]:
         lines.append(f"| {row['feature']} | {row['maturity']} | {row['status']} | {row['passed']} ({row['credited']}) "
                      f"| {row['failed']} | {row['xfailed']} | {row['not applicable']} | {row['skipped']} |")
+    if data.get("gates"):
+        lines += ["", "## Feature gates", "",
+                  "Every DRA-related gate of the cluster's Kubernetes version, with the tests marked with it "
+                  "(`no test`: the suite has none yet).", "",
+                  "| gate | stage | on in this cluster | tests | passed | failed | result |", "|---|---|---|---|---|---|---|"]
+        for gate in data["gates"]:
+            on = {True: "yes", False: "no"}.get(gate["on"], "unknown")
+            lines.append(f"| {gate['gate']} | {gate['stage']} | {on} | {gate['tests']} | {gate['passed']} "
+                         f"| {gate['failed']} | {gate['status']} |")
     if data.get("uncredited"):
         lines += ["", "## Passed without a device of the driver under test", "", "| test | feature | devices of |",
                   "|---|---|---|"]
@@ -242,6 +280,10 @@ def to_html(data: dict) -> str:
                          f"<td style='color:{colour.get(test['outcome'], '#000')}'>{test['outcome']}</td>"
                          f"<td>{test['seconds']:.1f}</td><td>{esc(used)}</td>"
                          f"<td>{esc(_cell_text(test['message'], 400))}</td></tr>")
+    gates = "".join(f"<tr><td>{esc(g['gate'])}</td><td>{esc(g['stage'])}</td>"
+                    f"<td>{ {True: 'yes', False: 'no'}.get(g['on'], 'unknown')}</td><td>{g['tests']}</td>"
+                    f"<td>{g['passed']}</td><td>{g['failed']}</td><td>{esc(g['status'])}</td></tr>"
+                    for g in data.get("gates") or [])
     interrupted = (f"\n<p style='color:#c62828'><b>INTERRUPTED</b>: {esc(data['interruptedReason'])}; the results "
                    "below cover only the tests that finished.</p>" if data.get("interrupted") else "")
     return f"""<!doctype html>
@@ -255,6 +297,10 @@ backend {esc(str(run.get('backend', '?')))}, driver under test: {esc(str(run.get
 <h2>Matrix</h2><p>A feature is <i>pass</i> only if a passing test allocated a device of the driver under test.</p>
 <table><tr><th>feature</th><th>maturity</th><th>result</th><th>passed (on the driver under test)</th><th>failed</th>
 <th>xfailed</th><th>n/a</th><th>skipped</th></tr>{''.join(rows)}</table>
+<h2>Feature gates</h2><p>Every DRA-related gate of the cluster's version with the tests marked with it
+(<i>no test</i>: the suite has none yet).</p>
+<table><tr><th>gate</th><th>stage</th><th>on in this cluster</th><th>tests</th><th>passed</th><th>failed</th>
+<th>result</th></tr>{gates}</table>
 <h2>Passed without a device of the driver under test</h2><table><tr><th>test</th><th>feature</th><th>devices of</th></tr>
 {apart}</table>
 <h2>Tests</h2><table><tr><th>test</th><th>feature</th><th>outcome</th><th>seconds</th><th>devices of</th>

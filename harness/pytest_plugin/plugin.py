@@ -206,6 +206,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if feature:
             item.user_properties.append(("dra_feature", feature))
             item.user_properties.append(("dra_maturity", maturity))
+            # every gate the test is marked with, for the report's per-gate coverage
+            item.user_properties.append(("dra_features", sorted({m.args[0] for m in item.iter_markers("dra_feature")})))
         too_new = maturity is not None and MATURITY_ORDER.get(maturity, 2) > limit
         unwanted = bool(wanted) and feature not in wanted
         (dropped if too_new or unwanted else kept).append(item)

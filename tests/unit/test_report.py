@@ -105,3 +105,30 @@ def test_ok():
     assert "swapped" in records["test_expected"]["message"] and "Traceback" not in records["test_expected"]["message"]
     assert records["test_nothing_to_check"]["outcome"] == "not applicable"
     assert records["test_ok"]["outcome"] == "passed"
+
+
+def test_every_gate_of_the_version_has_a_row_and_gates_without_tests_say_no_test():
+    secondary = _record("test_bound", "passed", "DRAExtendedResource", [VENDOR])
+    secondary["properties"]["dra_features"] = ["DRAExtendedResource", "DRADeviceBindingConditions"]
+    data = report.build(RESULTS + [secondary], run={"drivers": [VENDOR]},
+                        cluster={"version": "v1.37.2", "gates": {"DRADerivedAttributes": True,
+                                                                 "DRAListTypeAttributes": False}})
+    gates = {g["gate"]: g for g in data["gates"]}
+    matrix = {name for name in report.featuregates.load_matrix("1.37").gates}
+    assert set(gates) == matrix  # every gate of clusters/feature-gates/v1.37.yaml, tested or not
+    assert gates["DRADerivedAttributes"]["status"] == "no test" and gates["DRADerivedAttributes"]["on"] is True
+    assert gates["DRAExtendedResource"]["status"] == "FAIL" and gates["DRAExtendedResource"]["tests"] == 2
+    # a test counts for each gate it is marked with, not only its first
+    assert gates["DRADeviceBindingConditions"] == {**gates["DRADeviceBindingConditions"], "tests": 1, "status": "pass"}
+    assert gates["DRAWorkloadResourceClaims"]["status"] == "pass"  # one passed, one xfailed
+    assert [g["stage"] for g in data["gates"]] == sorted((g["stage"] for g in data["gates"]),
+                                                         key=report.STAGE_ORDER.get)
+    text = report.markdown(data)
+    assert "| DRADerivedAttributes | alpha | yes | 0 | 0 | 0 | no test |" in text
+    assert "| DRAListTypeAttributes | alpha | no | 0 | 0 | 0 | no test |" in text
+    assert "no test" in report.to_html(data)
+
+
+def test_no_gate_rows_without_a_known_version():
+    assert report.build(RESULTS)["gates"] == []
+    assert report.build(RESULTS, cluster={"version": "v9.99.0"})["gates"] == []
