@@ -50,6 +50,8 @@ PUBLISHED: dict[str, tuple[str, Check]] = {
     "DRAConsumableCapacity": ("a device that allows multiple allocations (allowMultipleAllocations) with a capacity",
                               lambda slices, devices: any(d.get("allowMultipleAllocations") and d.get("capacity")
                                                           for d in devices)),
+    "DRADeviceBindingConditions": ("a device with binding conditions (bindingConditions, bindingFailureConditions)",
+                                   lambda slices, devices: any(d.get("bindingConditions") for d in devices)),
     "DRAFractionalCapacityRange": ("a capacity whose requestPolicy.validRange has a fractional min, max or step",
                                    lambda slices, devices: any(fractional(d) for d in devices)),
 }

@@ -55,7 +55,8 @@ API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
 # would cost seconds before the file is even read (tests/unit keeps the two equal).
 DEFAULT_TEST_IMAGE = "dra-harness.local/pause:1"
 # The feature gates the suite has tests for (conformance/ markers; tests/unit keeps this list complete).
-KNOWN_FEATURES = ("DynamicResourceAllocation", "DRAAdminAccess", "DRAConsumableCapacity", "DRADeviceTaintRules",
+KNOWN_FEATURES = ("DynamicResourceAllocation", "DRAAdminAccess", "DRAConsumableCapacity", "DRADeviceBindingConditions",
+                  "DRADeviceTaintRules",
                   "DRADeviceTaints", "DRAExtendedResource", "DRAFractionalCapacityRange", "DRAPartitionableDevices",
                   "DRAPrioritizedList", "DRAResourceClaimDeviceStatus", "DRAWorkloadResourceClaims",
                   "GenericWorkload", "ResourceHealthStatus")

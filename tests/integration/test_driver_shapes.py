@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from cli_runs import cli as _cli  # tests/integration/cli_runs.py
 
 from harness.core import paths
@@ -24,9 +25,8 @@ from harness.core import paths
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("vendor-runs")]
 
 REPO = Path(__file__).resolve().parents[2]
-DRIVER = "gpu.shape.dra-harness.x-k8s.io"
 # shape -> the fewest passing tests that must allocate its devices (measured: docs/conformance.md)
-SHAPES = {"bare": 24, "one-per-node": 6, "network": 24}
+SHAPES = {"bare": 24, "one-per-node": 6, "network": 24, "binding": 24, "partitionable": 2, "consumable": 4}
 RUN_TIMEOUT = 1200
 
 
@@ -52,8 +52,9 @@ def test_shape_in_vendor_mode(tmp_path, shape):
     results = json.loads((tmp_path / "reports" / "results.json").read_text())
     failed = [f"{r['id']}: {r['message'][:600]}" for r in results if r["outcome"] in ("failed", "xpassed")]
     assert run.returncode == 0 and not failed, "\n".join(failed) + "\n" + log.read_text()[-3000:]
+    drivers = set(yaml.safe_load((REPO / "clusters" / "vendors" / f"shape-{shape}.yaml").read_text())["spec"]["drivers"])
     allocating = sorted(r["id"].rsplit("::", 1)[1] for r in results if r["outcome"] == "passed"
-                        and DRIVER in (r["properties"].get("dra_allocated_drivers") or []))
+                        and drivers & set(r["properties"].get("dra_allocated_drivers") or []))
     print(f"shape {shape}: {wall:.0f}s, {len(allocating)} passing tests allocated its devices: {allocating}")
     assert len(allocating) >= SHAPES[shape], allocating
     # a skip names a capability the shape lacks, never the way its devices are addressed
