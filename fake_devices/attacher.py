@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timezone
 
@@ -64,14 +65,20 @@ class Attacher:
         self._lock = threading.Lock()
         self._answered: set[tuple] = set()  # (claim uid, allocation timestamp, driver, pool, device)
         self._failed_once: set[tuple] = set()  # (claim uid, driver, pool, device)
-        self.answers: list[tuple[str, str, str]] = []  # (claim, device, outcome), for tests and logs
+        # the newest answers (claim, device, outcome), for tests and logs; bounded for a long-lived driver
+        self.answers: deque[tuple[str, str, str]] = deque(maxlen=1000)
 
     def on_list(self, claims: list) -> None:
         for claim in claims:
             self.on_event("ADDED", claim)
 
     def on_event(self, kind: str, claim) -> None:
-        if kind == "DELETED" or claim.status is None or claim.status.allocation is None:
+        if kind == "DELETED":  # forget the claim: what a long-lived driver remembers stays bounded
+            with self._lock:
+                self._answered = {key for key in self._answered if key[0] != claim.metadata.uid}
+                self._failed_once = {key for key in self._failed_once if key[0] != claim.metadata.uid}
+            return
+        if claim.status is None or claim.status.allocation is None:
             return
         allocation = claim.status.allocation
         stamp = str(allocation.allocation_timestamp or "")

@@ -96,3 +96,5 @@ def test_each_allocation_is_answered_once_and_fails_once_fails_only_the_first(tm
     assert watcher._outcome("u1", result, binding) is False  # fails-once: the first attach fails
     assert watcher._outcome("u1", result, binding) is True
     assert watcher._outcome("u9", result, binding) is False  # another claim's first attach fails again
+    watcher.on_event("DELETED", _claim("u1", "t2"))  # a deleted claim is forgotten
+    assert {key[0] for key in watcher._answered | watcher._failed_once} == {"u9"}
