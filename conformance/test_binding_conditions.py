@@ -23,12 +23,12 @@ import pytest
 
 from conformance import checks, objects
 from harness.k8s import wait
+from harness.pytest_plugin.allocations import CLAIM_MODEL  # the client's name for the v1 ResourceClaim
 
 BINDING = pytest.mark.dra_feature("DRADeviceBindingConditions", maturity="beta")
 FAKE_ATTACH = pytest.mark.fake_devices("an attach controller that acts out binding conditions")
 CONDITIONS = ["example.com/attached", "example.com/fabric-ready"]
 FAILURE = "example.com/attach-failed"
-CLAIM_MODEL = "ResourceV1ResourceClaim"  # the client's name for resource.k8s.io/v1 ResourceClaim
 
 
 def _profile(tmp_path, attach: str, seconds: int) -> str:

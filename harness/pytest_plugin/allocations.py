@@ -14,6 +14,7 @@ import kubernetes
 from harness.k8s.client import Clients
 
 CLAIM_MODEL = "ResourceV1ResourceClaim"
+LIST_TIMEOUT = (5, 20)  # (connect, read) seconds: a namespace's claims list in well under a second
 
 
 def _drivers(claim) -> set[str]:
@@ -77,7 +78,7 @@ class AllocatedDrivers:
     def _relist(self) -> str:
         """Collect the claims there now; their list's version ("" when the list failed)."""
         try:
-            listed = self.k8s.resource.list_namespaced_resource_claim(self.namespace)
+            listed = self.k8s.resource.list_namespaced_resource_claim(self.namespace, _request_timeout=LIST_TIMEOUT)
         except Exception:
             return ""
         for claim in listed.items:
@@ -86,7 +87,9 @@ class AllocatedDrivers:
 
     def __exit__(self, *exc) -> None:
         try:  # what is still there now, in case the last event had not arrived yet
-            for claim in self.k8s.resource.list_namespaced_resource_claim(self.namespace).items:
+            # bounded: through an apiserver whose etcd died the list hangs for minutes (CI, etcd killed)
+            listed = self.k8s.resource.list_namespaced_resource_claim(self.namespace, _request_timeout=LIST_TIMEOUT)
+            for claim in listed.items:
                 self.drivers |= _drivers(claim)
         except Exception:
             self.complete = False
