@@ -205,14 +205,19 @@ def inotify_fds(tmp_path):
         os.close(fd)
 
 
-def test_usage_counts_instances_and_watches(inotify_fds):
+def test_usage_counts_instances_and_watches(inotify_fds, tmp_path, monkeypatch):
+    # Only this process in the /proc it reads: other processes of this user open and close watches
+    # meanwhile (a CI run once saw 15 fewer user-wide while this test added 3).
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / str(os.getpid())).symlink_to(f"/proc/{os.getpid()}")
+    monkeypatch.setattr(inotify, "PROC", proc)
     before = inotify.usage(os.geteuid())
     inotify_fds(3)
     inotify_fds(0)
     after = inotify.usage(os.geteuid())
-    # Other processes of this user may open or close some meanwhile; ours are certainly counted.
-    assert after.instances - before.instances >= 2
-    assert after.watches - before.watches >= 3
+    assert (after.instances - before.instances, after.watches - before.watches) == (2, 3)
+    monkeypatch.undo()
     assert inotify.usage(os.geteuid() + 12345) == inotify.Usage(0, 0)  # a user with no processes
 
 
