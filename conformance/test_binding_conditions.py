@@ -94,10 +94,10 @@ def _condition(claim, condition: str) -> bool:
 
 
 def _events(k8s, namespace: str, pod: str) -> list:
-    return [e for e in k8s.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items]
+    return list(k8s.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items)
 
 
-def _start(k8s, ns, fake_driver, node: str, profile: str) -> str:
+def _start(k8s, ns, fake_driver, node: str, profile: str):
     driver = fake_driver({node: profile})
     k8s.resource.create_namespaced_resource_claim_template(
         ns, objects.claim_template("attached-gpu", f"{driver.config.instance}-gpu"))
@@ -143,16 +143,11 @@ def test_binding_failure_clears_the_allocation_and_schedules_the_pod_again(k8s, 
         k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("retried", "attached-gpu"))
         checks.running(k8s, ns, "retried", timeout=120)
         failed = claims.first(lambda c: _condition(c, FAILURE))
-        states = list(claims.states)
     assert failed, "the attach controller's failure condition was never seen on the claim"
     claim = checks.pod_claim(k8s, ns, "retried")
     # the pod runs on a new allocation: the failed one was cleared (its status with it)
     assert claim.status.allocation.allocation_timestamp != failed[1].status.allocation.allocation_timestamp
     assert not _condition(claim, FAILURE) and all(_condition(claim, name) for name in CONDITIONS), claim.status.devices
-    after = [c for t, c in states if t > failed[0]]
-    assert any(not _results(c) for c in after) or \
-        any(c.status.allocation.allocation_timestamp != failed[1].status.allocation.allocation_timestamp
-            for c in after if _results(c)), "no re-allocation after the failure"
     messages = " ".join(e.message or "" for e in _events(k8s, ns, "retried") if e.reason == "FailedScheduling")
     assert "device binding failed" in messages, messages
 

@@ -33,6 +33,9 @@ from fake_devices.hardware import Binding, Profile
 
 log = logging.getLogger("fake_devices")
 CONFLICT_RETRIES = 10
+# the Python client's model of resource.k8s.io/v1 ResourceClaim (beside core's CoreV1ResourceClaim); a watch
+# cannot derive it from the list's name
+CLAIM_MODEL = "ResourceV1ResourceClaim"
 REASON = "FakeAttachController"
 
 

@@ -63,9 +63,7 @@ class _Source(NamedTuple):
     kwargs: dict[str, str]
     on_list: Callable[[list], None]
     on_event: Callable[[str, Any], None]
-    # the client's model of one item where the watch cannot derive it from the list's name (the client
-    # calls resource.k8s.io/v1 ResourceClaim ResourceV1ResourceClaim, beside core's CoreV1ResourceClaim)
-    item_type: str | None = None
+    item_type: str | None = None  # the client's model of one item where a watch cannot derive it
 
 
 def _api_message(err: ApiException) -> tuple[str, list[str]]:
@@ -299,7 +297,7 @@ class FakeDriver:
                 _Source("faults", self.core.list_namespaced_config_map, faults, self._replace_faults,
                         self._on_faults)] + \
             ([_Source("claims", self.resource.list_resource_claim_for_all_namespaces, {}, self.attacher.on_list,
-                      self.attacher.on_event, "ResourceV1ResourceClaim")] if self.attacher else [])
+                      self.attacher.on_event, attacher.CLAIM_MODEL)] if self.attacher else [])
 
     def _list(self, source: "_Source") -> str:
         """List a source, take its items as the whole truth, and return the resourceVersion to watch from."""

@@ -287,8 +287,9 @@ def _binding(r: Reader, present: bool) -> Binding | None:
         return None
     lists = {}
     for key in ("conditions", "failureConditions"):
-        names = []
-        for i, name in enumerate(r.scalars(key)):
+        names: list[str] = []
+        given = r.scalars(key)
+        for i, name in enumerate(given):
             if not isinstance(name, str) or len(name) > 316 or not LABEL_NAME.match(name):
                 r.fail(f"{r.at(key)}[{i}]", f"{name!r} is not a condition type",
                        "a qualified name, e.g. Attached or example.com/attached")
@@ -296,7 +297,7 @@ def _binding(r: Reader, present: bool) -> Binding | None:
                 r.fail(f"{r.at(key)}[{i}]", f"{name} is listed twice")
             else:
                 names.append(name)
-        if not names and not r.scalars(key):
+        if not given:
             r.fail(r.at(key), "must list at least one condition type (the API server needs both lists)",
                    f"1..{MAX_BINDING_CONDITIONS} condition types")
         elif len(names) > MAX_BINDING_CONDITIONS:
