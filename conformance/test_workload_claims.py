@@ -176,8 +176,14 @@ def test_claim_by_name_is_reserved_for_the_group_and_other_entries_stay_per_pod(
     entry = objects.claim_ref("shared", claim="shared")
     group = k8s.scheduling.create_namespaced_pod_group(ns, objects.pod_group("serve", [entry]))  # basic policy
 
-    for name in ("a", "b"):
-        k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims(name, [entry], pod_group="serve")))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims("a", [entry], pod_group="serve")))
+    if pool.binding_conditions:
+        # kube-scheduler v1.37.2: while a waits in PreBind for its binding conditions, an Unreserve of b (which
+        # found the claim allocated and added no share) drops a's in-flight allocation and restores the claim's
+        # informer copy; before the informer has seen the allocation, its device looks free and odd's claim got
+        # it too (docs/conformance.md "Found upstream"). b and odd come once a is bound.
+        checks.running(k8s, ns, "a", timeout=90)
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims("b", [entry], pod_group="serve")))
     # Same entry name, but a template instead of the claim: not the group's entry, so the pod's own.
     k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_claims(
         "odd", [objects.claim_ref("shared", template="one-gpu")], pod_group="serve")))

@@ -172,6 +172,11 @@ class DevicePool:
     def pool(self) -> str:
         return self.devices[0].pool
 
+    @property
+    def binding_conditions(self) -> bool:
+        """Whether an allocation of these devices waits in the scheduler's PreBind for binding conditions."""
+        return any(d.published.get("bindingConditions") for d in self.devices)
+
     def attribute(self, name: str) -> str:
         """CEL of an attribute in the driver's domain (`model` -> device.attributes["<driver>"].model)."""
         return f'device.attributes["{self.driver}"].{name}'
