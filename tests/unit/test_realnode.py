@@ -990,12 +990,29 @@ def test_kubelet_restart_waits_for_the_nodes_other_users_and_needs_the_recorded_
     record = _record(tmp_path / "node")
     user = plugins.NodePlugins(tmp_path / "cluster", record, tmp_path / "kubeconfig")
     restarter = plugins.NodePlugins(tmp_path / "cluster", record, tmp_path / "kubeconfig")
-    user._hold_node()  # what run() does: another test runs plugins on the node
+    user.hold()  # what run() does: another test runs plugins on the node
     with pytest.raises(HarnessError, match="waited 0s for the other tests using real-node-0 to finish"):
         restarter.restart_kubelet(wait_for_others=0.3)
     user.close()
     with pytest.raises(HarnessError, match="cannot restart the kubelet of real-node-0: no usable record"):
         restarter.restart_kubelet(wait_for_others=0.3)
+    restarter.close()
+
+
+def test_legacy_device_plugins_of_a_test_hold_the_node_against_a_kubelet_restart(tmp_path):
+    """A migration test runs device plugins, not kubelet plugins, on the node: it is a user all the same. A
+    kubelet restarted under it forgot the plugin's PreStartRequired option (the checkpoint keeps devices only),
+    and the test's outcome depended on another test's timing."""
+    from harness.migration import local
+
+    (tmp_path / "node").mkdir()
+    record = _record(tmp_path / "node")
+    user = plugins.NodePlugins(tmp_path / "cluster", record, tmp_path / "kubeconfig")
+    restarter = plugins.NodePlugins(tmp_path / "cluster", record, tmp_path / "kubeconfig")
+    local.device_plugins_on(user)
+    with pytest.raises(HarnessError, match="waited 0s for the other tests using real-node-0 to finish"):
+        restarter.restart_kubelet(wait_for_others=0.3)
+    user.close()
     restarter.close()
 
 

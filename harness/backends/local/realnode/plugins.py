@@ -112,6 +112,11 @@ class NodePlugins:
             self._users_lock = handle
         return self._users_lock
 
+    def hold(self) -> None:
+        """Count as a user of the node until close(), with no plugin of ours started: a test that runs other
+        things there (legacy device plugins) must not see its kubelet restarted by another test meanwhile."""
+        self._hold_node()
+
     def run(self, driver: str, instance: str | None = None, namespace: str | None = None) -> None:
         self._hold_node()
         self._started[driver] = (instance, namespace)  # first: close() stops it even if the start fails
