@@ -31,8 +31,8 @@ def create_simulated_nodes(k8s: Clients, names: list[str], pool: str, labels: di
 
 def device_plugins_on(real_node) -> Any:
     """The legacy device plugins of the real node the `real_node` fixture gives (its NodePlugins). The node is
-    held for the test: a kubelet restarted by another test made the kubelet forget a plugin's options (its
-    checkpoint keeps devices, not PreStartRequired), which decided what the migration test saw."""
+    held for the test: a kubelet restarted by another test forgets a plugin's options (its checkpoint keeps
+    devices, not PreStartRequired), the likely cause of the migration test's unexpected pass in make run."""
     real_node.hold()
     return NodeDevicePlugins(real_node.cluster_dir, real_node.node)
 

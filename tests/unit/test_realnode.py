@@ -41,6 +41,7 @@ from harness.core import nodelayout as layout
 from harness.core import paths
 from harness.core.errors import BinariesError, HarnessError
 from harness.core.nodelayout import NodeDirs, RealNodeRecord
+from harness.migration import local as migration_local
 
 NODE_ID = "0123abcd"
 
@@ -1003,13 +1004,11 @@ def test_legacy_device_plugins_of_a_test_hold_the_node_against_a_kubelet_restart
     """A migration test runs device plugins, not kubelet plugins, on the node: it is a user all the same. A
     kubelet restarted under it forgot the plugin's PreStartRequired option (the checkpoint keeps devices only),
     and the test's outcome depended on another test's timing."""
-    from harness.migration import local
-
     (tmp_path / "node").mkdir()
     record = _record(tmp_path / "node")
     user = plugins.NodePlugins(tmp_path / "cluster", record, tmp_path / "kubeconfig")
     restarter = plugins.NodePlugins(tmp_path / "cluster", record, tmp_path / "kubeconfig")
-    local.device_plugins_on(user)
+    migration_local.device_plugins_on(user)
     with pytest.raises(HarnessError, match="waited 0s for the other tests using real-node-0 to finish"):
         restarter.restart_kubelet(wait_for_others=0.3)
     user.close()
