@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.core.errors import ConfigError, Problem
 from harness.core.files import write_atomic
+from harness.core.schedulerprofiles import SchedulerProfile
 
 # One order of maturities, for --dra-maturity and the report's rows ("-": a test of no feature).
 MATURITY_ORDER = {"ga": 0, "beta": 1, "alpha": 2, "-": 3}
@@ -44,6 +45,7 @@ class ClusterInfo:
     real_nodes: tuple[RealNode, ...] = ()  # nodes run by a real kubelet that the backend started
     real_nodes_reason: str = ""  # why the cluster has no real (kubelet) node, if it has none
     log_dir: Path | None = None  # the control plane's component logs, where the backend has them
+    scheduler_profiles: tuple[SchedulerProfile, ...] = ()  # run beside default-scheduler (schedulerprofiles.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": CLUSTER_RECORD_VERSION, "name": self.name, "backend": self.backend,
@@ -51,7 +53,8 @@ class ClusterInfo:
                 "directory": str(self.directory) if self.directory else None, "metrics": dict(self.metrics),
                 "realNodes": [{"name": n.name, "cdiDir": str(n.cdi_dir) if n.cdi_dir else None,
                                "logs": [str(log) for log in n.logs]} for n in self.real_nodes],
-                "realNodesReason": self.real_nodes_reason, "logDir": str(self.log_dir) if self.log_dir else None}
+                "realNodesReason": self.real_nodes_reason, "logDir": str(self.log_dir) if self.log_dir else None,
+                "schedulerProfiles": [p.to_dict() for p in self.scheduler_profiles]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterInfo:
@@ -62,7 +65,11 @@ class ClusterInfo:
                    server=data["server"], directory=path(data.get("directory")), metrics=data.get("metrics") or {},
                    real_nodes=tuple(RealNode(n["name"], path(n.get("cdiDir")), tuple(Path(p) for p in n.get("logs", [])))
                                     for n in data.get("realNodes") or []),
-                   real_nodes_reason=data.get("realNodesReason") or "", log_dir=path(data.get("logDir")))
+                   real_nodes_reason=data.get("realNodesReason") or "", log_dir=path(data.get("logDir")),
+                   scheduler_profiles=tuple(SchedulerProfile.from_dict(p) for p in data.get("schedulerProfiles") or []))
+
+    def scheduler_profile(self, name: str) -> SchedulerProfile | None:
+        return next((p for p in self.scheduler_profiles if p.name == name), None)
 
 
 def write_cluster(info: ClusterInfo, path: Path) -> Path:

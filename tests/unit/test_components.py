@@ -13,6 +13,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from harness.backends.local import components, kwok_stages, pki
 from harness.binaries import BinarySet, Versions
 from harness.config import featuregates
+from harness.core import schedulerprofiles
 
 
 @pytest.fixture(scope="module")
@@ -240,3 +241,43 @@ def test_key_files_are_private(keys):
     for path in key_files:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert b"PUBLIC KEY" in keys.service_account_pub.read_bytes()
+
+
+def test_scheduler_runs_the_short_dra_timeouts_profile_beside_default_scheduler(tmp_path, keys, matrix):
+    features = featuregates.resolve(matrix, preset="all-dra")
+    extra = schedulerprofiles.extra_profiles(features.effective(matrix))
+    layout = components.ClusterLayout("t", tmp_path, BinarySet(directory=tmp_path, versions=Versions()), features,
+                                      dict(PORTS), keys, scheduler_profiles=extra)
+    config = yaml.safe_load(_by_name(layout)["kube-scheduler"].files["kube-scheduler.yaml"])
+    default, short = config["profiles"]
+    assert default == {"schedulerName": "default-scheduler"}  # untouched: the plugin's own defaults
+    assert short["schedulerName"] == schedulerprofiles.SHORT_DRA_TIMEOUTS
+    (plugin,) = short["pluginConfig"]
+    assert plugin["name"] == "DynamicResources"
+    assert plugin["args"] == {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "DynamicResourcesArgs",
+                              "filterTimeout": "1s", "bindingTimeout": "10s"}
+
+
+def test_scheduler_without_extra_profiles_keeps_the_default_profile_list(layout):
+    config = yaml.safe_load(_by_name(layout)["kube-scheduler"].files["kube-scheduler.yaml"])
+    assert "profiles" not in config
+
+
+@pytest.mark.parametrize("gates, expected", [
+    ({"DRASchedulerFilterTimeout": True, "DRADeviceBindingConditions": True, "DRAResourceClaimDeviceStatus": True},
+     {"filterTimeout": "1s", "bindingTimeout": "10s"}),
+    # the scheduler refuses an argument whose gates are off (ValidateDynamicResourcesArgs)
+    ({"DRASchedulerFilterTimeout": False, "DRADeviceBindingConditions": True, "DRAResourceClaimDeviceStatus": True},
+     {"bindingTimeout": "10s"}),
+    ({"DRASchedulerFilterTimeout": True, "DRADeviceBindingConditions": False, "DRAResourceClaimDeviceStatus": True},
+     {"filterTimeout": "1s"}),
+    ({"DRASchedulerFilterTimeout": False, "DRADeviceBindingConditions": False}, None),
+])
+def test_short_timeouts_are_set_only_where_their_gates_are_on(gates, expected):
+    profiles = schedulerprofiles.extra_profiles(gates)
+    if expected is None:
+        assert profiles == ()
+        return
+    (profile,) = profiles
+    assert profile.plugin_args() == expected
+    assert schedulerprofiles.SchedulerProfile.from_dict(profile.to_dict()) == profile

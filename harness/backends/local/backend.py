@@ -24,7 +24,7 @@ from harness.backends.local.realnode import plugins, preflight, teardown
 from harness.binaries import noderuntime
 from harness.config import featuregates
 from harness.config.cluster import MAX_NODES, MAX_REAL_NODES
-from harness.core import diskspace, paths
+from harness.core import diskspace, paths, schedulerprofiles
 from harness.core.errors import ClusterNotFound, ComponentError, ConfigError, HarnessError, Problem
 from harness.core.nodelayout import records
 from harness.k8s.client import Clients, https_get, tls_context
@@ -48,6 +48,10 @@ def realnode_specs(options: ClusterSpec) -> list[realnode.RealNodeSpec]:
             specs += [realnode.RealNodeSpec(f"{pool.name}-{i}", pool=pool.name, labels=labels)
                       for i in range(pool.count)]
     return specs + realnode.default_specs(options.real_nodes)
+
+
+def _scheduler_profiles(data: dict) -> tuple[schedulerprofiles.SchedulerProfile, ...]:
+    return tuple(schedulerprofiles.SchedulerProfile.from_dict(p) for p in data.get("schedulerProfiles") or [])
 
 
 def _abandoned_by(cluster: state.ClusterState) -> int | None:
@@ -138,6 +142,8 @@ class LocalBackend(Backend):
                                           "binaries": str(binset.directory),
                                           "kubernetesVersion": options.versions.kubernetes,
                                           "features": features.to_dict(), "nodes": len(node_specs),
+                                          "schedulerProfiles": [p.to_dict() for p in schedulerprofiles.extra_profiles(
+                                              features.effective(matrix))],
                                           "definition": definition.source if definition else None})
         except FileExistsError:
             raise HarnessError(f"cluster {name!r} was created by another `cluster up` meanwhile",
@@ -207,10 +213,11 @@ class LocalBackend(Backend):
 
     def _start(self, cluster: state.ClusterState, binset, features, allocated, options: ClusterSpec,
                node_specs: list[nodes.NodeSpec], real_specs: list[realnode.RealNodeSpec], runtime) -> None:
+        scheduler_profiles = _scheduler_profiles(cluster.data)
         with self.reporter.step("creating certificates and kubeconfigs"):
             keys = pki.create(cluster.directory / "pki", cluster.name)
             layout = components.ClusterLayout(cluster.name, cluster.directory, binset, features, allocated, keys,
-                                              verbosity=options.verbosity)
+                                              verbosity=options.verbosity, scheduler_profiles=scheduler_profiles)
             for client in pki.CLIENTS:
                 kubeconfig.write(layout.kubeconfig(client), cluster.name, layout.server, keys, client)
         tls = tls_context(layout.kubeconfig("admin"))
@@ -369,6 +376,7 @@ class LocalBackend(Backend):
         return ClusterInfo(name=cluster.name, backend=self.name, kubeconfig=cluster.kubeconfig,
                            server=f"https://127.0.0.1:{cluster.ports['kube-apiserver']}",
                            directory=cluster.directory, log_dir=logs, real_nodes=real_nodes,
+                           scheduler_profiles=_scheduler_profiles(cluster.data),
                            metrics={"kube-scheduler": f"https://127.0.0.1:{cluster.ports['kube-scheduler']}/metrics",
                                     "kube-controller-manager":
                                         f"https://127.0.0.1:{cluster.ports['kube-controller-manager']}/metrics"})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -17,6 +18,7 @@ from harness.backends.local import kwok_stages
 from harness.backends.local.pki import Pki
 from harness.binaries import BinarySet
 from harness.config.featuregates import FeatureSettings
+from harness.core.schedulerprofiles import SchedulerProfile
 
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.128.0.1/9"  # KWOK hands out pod IPs from here; they are only strings in pod status
@@ -35,6 +37,7 @@ class ClusterLayout:
     ports: dict[str, int]
     pki: Pki
     verbosity: int = 1
+    scheduler_profiles: tuple[SchedulerProfile, ...] = ()  # beside default-scheduler (schedulerprofiles.py)
 
     def kubeconfig(self, client: str) -> Path:
         return self.directory / ("kubeconfig" if client == "admin" else f"{client}.kubeconfig")
@@ -127,13 +130,15 @@ def kube_controller_manager(layout: ClusterLayout) -> Component:
 
 
 def kube_scheduler(layout: ClusterLayout) -> Component:
-    config = {
+    config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(layout.kubeconfig("kube-scheduler")),
                              "qps": CLIENT_QPS, "burst": CLIENT_BURST},
         "leaderElection": {"leaderElect": False},
     }
+    if layout.scheduler_profiles:  # a profiles list replaces the default one: name default-scheduler too
+        config["profiles"] = [{"schedulerName": "default-scheduler"}, *(p.config() for p in layout.scheduler_profiles)]
     argv = [str(layout.binaries.path("kube-scheduler")), f"--config={layout.directory / 'kube-scheduler.yaml'}",
             *_secure_serving(layout, "kube-scheduler", "kube-scheduler"), f"--v={layout.verbosity}"]
     argv += _gates(layout)
