@@ -57,7 +57,7 @@ DEFAULT_TEST_IMAGE = "dra-harness.local/pause:1"
 # The feature gates the suite has tests for (conformance/ markers; tests/unit keeps this list complete).
 KNOWN_FEATURES = ("DynamicResourceAllocation", "DRAAdminAccess", "DRAConsumableCapacity", "DRADeviceBindingConditions",
                   "DRADeviceTaintRules", "DRADeviceTaints", "DRAExtendedResource", "DRAFractionalCapacityRange",
-                  "DRAPartitionableDevices", "DRAPrioritizedList", "DRAResourceClaimDeviceStatus",
+                  "DRAPartitionableDevices", "DRAPrioritizedList", "DRAResourceClaimDeviceStatus", "DRASchedulerFilterTimeout",
                   "DRAWorkloadResourceClaims", "GenericWorkload", "ResourceHealthStatus")
 EXTENDED_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                                     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

@@ -16,7 +16,7 @@ MARKER = re.compile(r"""dra_feature\(\s*["']([A-Za-z]+)["']""")
 NOT_YET_TESTED = {
     "DRADeviceCompatibilityGroups", "DRADerivedAttributes", "DRAListTypeAttributes", "DRANodeAllocatableResources",
     "DRAOptionalNodeOperations", "DRAPartitionableDevicesType", "DRAResourceClaimGranularStatusAuthorization",
-    "DRAResourcePoolStatus", "DRASchedulerFilterTimeout", "ResourceHealthStatusMessage",
+    "DRAResourcePoolStatus", "ResourceHealthStatusMessage",
 }
 ELSEWHERE = {"NodeDeclaredFeatures", "SchedulerPreQueueingHints"}
 
