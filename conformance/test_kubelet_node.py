@@ -14,6 +14,7 @@ import pytest
 
 from conformance import checks, objects
 from fake_devices import faults
+from fake_devices.kubeletplugin import health as health_messages
 from harness.k8s import wait
 from harness.k8s.client import Clients
 
@@ -96,37 +97,88 @@ def test_unprepare_cleans_up_when_the_pod_goes(k8s: Clients, dra_namespace, real
     checks.claim_deleted(k8s, ns, claim.metadata.name)
 
 
-@pytest.mark.dra_feature("ResourceHealthStatus", maturity="beta")
-def test_device_health_reaches_allocated_resources_status(k8s: Clients, dra_namespace, real_node, fake_driver):
-    ns = dra_namespace
-    fake = fake_driver({real_node.name: "tiny"})
-    real_node.run_for(fake)
-    # The claim tolerates the fault's NoExecute taint: the pod stays and reports the device unhealthy.
-    gpu_request = objects.tolerating(objects.request(f"{fake.config.instance}-gpu"),
-                                     objects.device_toleration(FAULT_KEY, operator="Exists"))
-    k8s.resource.create_namespaced_resource_claim_template(
-        ns, objects.claim_template("tolerant", requests=[gpu_request]))
-    k8s.core.create_namespaced_pod(ns, objects.shell_pod("health", real_node.name, "tolerant"))
-    checks.running(k8s, ns, "health", timeout=90)
-    claim = checks.pod_claim(k8s, ns, "health")
-    result = claim.status.allocation.devices.results[0]
+class HealthWatch:
+    """A pod on the real node whose claim tolerates the fault's NoExecute taint (so it stays when its device
+    is made unhealthy), and the kubelet's report of its device in the container's allocatedResourcesStatus."""
 
-    def health_of_device():
-        statuses = k8s.core.read_namespaced_pod("health", ns).status.container_statuses or []
-        for entry in statuses[0].allocated_resources_status or [] if statuses else []:
+    def __init__(self, k8s: Clients, namespace: str, real_node, fake_driver):
+        self.k8s, self.namespace = k8s, namespace
+        self.fake = fake_driver({real_node.name: "tiny"})
+        real_node.run_for(self.fake)
+        gpu_request = objects.tolerating(objects.request(f"{self.fake.config.instance}-gpu"),
+                                         objects.device_toleration(FAULT_KEY, operator="Exists"))
+        k8s.resource.create_namespaced_resource_claim_template(
+            namespace, objects.claim_template("tolerant", requests=[gpu_request]))
+        k8s.core.create_namespaced_pod(namespace, objects.shell_pod("health", real_node.name, "tolerant"))
+        checks.running(k8s, namespace, "health", timeout=90)
+        self.node = real_node.name
+        self.device = checks.pod_claim(k8s, namespace, "health").status.allocation.devices.results[0].device
+
+    def reported(self) -> set[tuple[str, str | None]]:
+        """(health, message) of each resource the kubelet lists for the pod's claim."""
+        statuses = self.k8s.core.read_namespaced_pod("health", self.namespace).status.container_statuses or []
+        for entry in (statuses[0].allocated_resources_status or []) if statuses else []:
             if entry.name == "claim:gpu" or entry.name.startswith("claim:gpu/"):
-                return {r.health for r in entry.resources or []}
+                return {(r.health, r.message) for r in entry.resources or []}
         return set()
 
-    wait.until("the device to be reported Healthy", lambda: health_of_device() == {"Healthy"}, 60,
-               diagnostics=lambda: wait.describe_namespace(k8s, ns))
-    faults.set_fault(k8s.core, ns, fake.config.faults_configmap, real_node.name, result.device, "unhealthy")
-    wait.until("the device to be reported Unhealthy", lambda: health_of_device() == {"Unhealthy"}, 60,
-               diagnostics=lambda: wait.describe_namespace(k8s, ns))
-    assert k8s.core.read_namespaced_pod("health", ns).status.phase == "Running"  # tolerated: not evicted
-    faults.set_fault(k8s.core, ns, fake.config.faults_configmap, real_node.name, result.device, None)
-    wait.until("the device to be reported Healthy again", lambda: health_of_device() == {"Healthy"}, 60,
-               diagnostics=lambda: wait.describe_namespace(k8s, ns))
+    def fault(self, kind: str | None) -> None:
+        faults.set_fault(self.k8s.core, self.namespace, self.fake.config.faults_configmap, self.node, self.device,
+                         kind)
+
+    def wait_for(self, what: str, expected: set[tuple[str, str | None]] | None = None, health: str | None = None):
+        def check():
+            now = self.reported()
+            if expected is not None:
+                return now == expected
+            return bool(now) and {h for h, _ in now} == {health}
+
+        wait.until(f"device {self.device} of pod health to be reported {what}", check, 60,
+                   diagnostics=lambda: f"reported: {self.reported()}\n" + wait.describe_namespace(self.k8s,
+                                                                                                 self.namespace))
+
+
+@pytest.mark.dra_feature("ResourceHealthStatus", maturity="beta")
+def test_device_health_reaches_allocated_resources_status(k8s: Clients, dra_namespace, real_node, fake_driver):
+    watch = HealthWatch(k8s, dra_namespace, real_node, fake_driver)
+    watch.wait_for("Healthy", health="Healthy")
+    watch.fault("unhealthy")
+    watch.wait_for("Unhealthy", health="Unhealthy")
+    assert k8s.core.read_namespaced_pod("health", dra_namespace).status.phase == "Running"  # tolerated: not evicted
+    watch.fault(None)
+    watch.wait_for("Healthy again", health="Healthy")
+
+
+# What the fake plugin's DRAResourceHealth stream says (fake_devices/kubeletplugin/health.py).
+HEALTHY_MESSAGE = "no fault injected"
+
+
+@pytest.mark.dra_feature("ResourceHealthStatusMessage", maturity="beta")
+def test_the_plugins_health_message_reaches_allocated_resources_status(k8s: Clients, dra_namespace, real_node,
+                                                                      fake_driver):
+    """The kubelet copies DeviceHealth.message (dra-health api.proto) into the resource's `message`
+    (k8s.io/kubernetes@v1.37.2 pkg/kubelet/cm/dra/manager.go: Message set where ResourceHealthStatusMessage is on
+    and the message is not empty)."""
+    watch = HealthWatch(k8s, dra_namespace, real_node, fake_driver)
+    watch.wait_for("Healthy with the plugin's message", {("Healthy", HEALTHY_MESSAGE)})
+    watch.fault("unhealthy")
+    watch.wait_for("Unhealthy with the plugin's message", {("Unhealthy", health_messages.FAULT_HEALTH["unhealthy"][1])})
+    watch.fault(None)
+    watch.wait_for("Healthy with the plugin's message again", {("Healthy", HEALTHY_MESSAGE)})
+
+
+@pytest.mark.dra_feature("ResourceHealthStatusMessage", maturity="beta")
+def test_a_new_message_alone_updates_the_status_while_the_health_stays(k8s: Clients, dra_namespace, real_node,
+                                                                       fake_driver):
+    """A degraded device stays HEALTHY in the plugin's stream with another message: the kubelet counts a
+    change of the message alone as a change (k8s.io/kubernetes@v1.37.2 pkg/kubelet/cm/dra/healthinfo.go) and
+    the pod's status shows the new message, health unchanged."""
+    watch = HealthWatch(k8s, dra_namespace, real_node, fake_driver)
+    watch.wait_for("Healthy with the plugin's message", {("Healthy", HEALTHY_MESSAGE)})
+    watch.fault("degraded")
+    degraded = health_messages.FAULT_HEALTH["degraded"]
+    assert degraded[0] == "HEALTHY", degraded
+    watch.wait_for("Healthy with the degraded message", {("Healthy", degraded[1])})
 
 
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")

@@ -58,7 +58,8 @@ DEFAULT_TEST_IMAGE = "dra-harness.local/pause:1"
 KNOWN_FEATURES = ("DynamicResourceAllocation", "DRAAdminAccess", "DRAConsumableCapacity", "DRADeviceBindingConditions",
                   "DRADeviceTaintRules", "DRADeviceTaints", "DRAExtendedResource", "DRAFractionalCapacityRange",
                   "DRAPartitionableDevices", "DRAPrioritizedList", "DRAResourceClaimDeviceStatus", "DRASchedulerFilterTimeout",
-                  "DRAWorkloadResourceClaims", "GenericWorkload", "ResourceHealthStatus")
+                  "DRAWorkloadResourceClaims", "GenericWorkload", "ResourceHealthStatus",
+                  "DRAOptionalNodeOperations", "ResourceHealthStatusMessage")
 EXTENDED_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                                     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 # What `{name}` in spec.kubeletPlugin args and env stands for, per real node (the same keys as

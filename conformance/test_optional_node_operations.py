@@ -1,0 +1,107 @@
+"""Optional node operations (DRAOptionalNodeOperations, alpha, new in 1.37): a driver whose devices need
+nothing done on the node says so in its slice, and the kubelet then does not call it.
+
+`ResourceSlice.spec.skipNodeOperations` (`NodePrepareResources`, `NodeUnprepareResources` or `*`) is
+copied into each allocation result of the slice's devices; the kubelet skips an operation for a claim
+and driver when every device of that driver in the claim skips it, so a pod starts without the driver's
+kubelet plugin being registered at all. Skipping NodePrepareResources alone is invalid: what was not
+prepared cannot be unprepared. The scheduler offers such devices only on nodes that declare the feature
+(`node.status.declaredFeatures`). Sources: k8s.io/api@v0.37.2 resource/v1/types.go
+(ResourceSliceSpec.SkipNodeOperations, DeviceRequestAllocationResult.SkipNodeOperations);
+k8s.io/kubernetes@v1.37.2 pkg/kubelet/cm/dra/claiminfo.go and manager.go (the skip),
+pkg/apis/resource/validation/validation.go (the pairing rule),
+k8s.io/dynamic-resource-allocation@v0.37.2 structured/internal/experimental (the node check).
+
+The tests publish a slice of their own for a made-up driver on the real node: no plugin of that name
+exists there, so only the skip can let the pod start.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance import checks, objects
+from harness.k8s import wait
+from harness.k8s.client import Clients
+from harness.k8s.nodes import SHELL_IMAGE
+
+pytestmark = [pytest.mark.needs_kubelet,
+              pytest.mark.dra_feature("DRAOptionalNodeOperations", maturity="alpha")]
+FEATURE = "DRAOptionalNodeOperations"
+
+
+@pytest.fixture
+def unregistered_driver(k8s: Clients, real_node, unique_name, cluster_objects, dra_namespace):
+    """publish(skip) -> a slice of one device for a driver no plugin serves on the real node, its class and a
+    claim template `one-device` for it."""
+    if FEATURE not in (k8s.core.read_node(real_node.name).status.declared_features or []):
+        pytest.skip(f"node {real_node.name} does not declare {FEATURE} (its kubelet has the gate off)")
+    real_node.hold()  # a kubelet restarted by another test meanwhile would delete the node's slices
+    driver = unique_name("skip") + ".example.com"
+
+    def publish(skip: list[str] | None) -> str:
+        body = objects.resource_slice(unique_name("skip-slice"), driver, real_node.name, [{"name": "dev-0"}])
+        if skip is not None:
+            body["spec"]["skipNodeOperations"] = skip
+        created = cluster_objects.resource_slice(body)
+        if skip is not None and not (created.spec.skip_node_operations or []):
+            pytest.skip(f"the API server dropped spec.skipNodeOperations: {FEATURE} is off there")
+        cluster_objects.device_class(objects.device_class(driver, driver))
+        k8s.resource.create_namespaced_resource_claim_template(dra_namespace,
+                                                              objects.claim_template("one-device", driver))
+        return driver
+
+    return publish
+
+
+def _events(k8s: Clients, namespace: str, pod: str) -> list:
+    return list(k8s.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items)
+
+
+def test_a_pod_starts_without_the_drivers_plugin_where_its_slice_skips_node_operations(
+        k8s: Clients, dra_namespace, real_node, unregistered_driver):
+    ns = dra_namespace
+    driver = unregistered_driver(["*"])
+    k8s.core.create_namespaced_pod(ns, objects.pod_on_node("skips", real_node.name, SHELL_IMAGE,
+                                                           command=["sleep", "3600"], claim_template="one-device"))
+    checks.containers_running(k8s, ns, "skips", timeout=90)
+    claim = checks.pod_claim(k8s, ns, "skips")
+    (result,) = claim.status.allocation.devices.results
+    assert (result.driver, result.device) == (driver, "dev-0"), result
+    # the slice's setting travels with the allocation: that is what the kubelet reads
+    assert list(result.skip_node_operations or []) == ["*"], result
+    failed = [e.message for e in _events(k8s, ns, "skips") if e.reason == "FailedPrepareDynamicResources"]
+    assert not failed, f"pod skips: the kubelet tried to prepare {driver}: {failed}"
+
+
+def test_without_the_skip_the_kubelet_calls_the_missing_plugin_and_the_pod_does_not_start(
+        k8s: Clients, dra_namespace, real_node, unregistered_driver):
+    ns = dra_namespace
+    driver = unregistered_driver(None)
+    k8s.core.create_namespaced_pod(ns, objects.pod_on_node("prepares", real_node.name, SHELL_IMAGE,
+                                                           command=["sleep", "3600"], claim_template="one-device"))
+    claim = checks.pod_claim(k8s, ns, "prepares")
+
+    def failed_prepare():
+        messages = [e.message or "" for e in _events(k8s, ns, "prepares")
+                    if e.reason == "FailedPrepareDynamicResources"]
+        return [m for m in messages if driver in m]
+
+    messages = wait.until(f"the kubelet on {real_node.name} to fail preparing {driver} for pod prepares",
+                          failed_prepare, 90, diagnostics=lambda: wait.describe_namespace(k8s, ns))
+    assert any("not registered" in m for m in messages), messages
+    claim = k8s.resource.read_namespaced_resource_claim(claim.metadata.name, ns)
+    assert not any(r.skip_node_operations for r in claim.status.allocation.devices.results), claim.status.allocation
+    assert k8s.core.read_namespaced_pod("prepares", ns).status.phase == "Pending"
+
+
+def test_api_refuses_skipping_prepare_without_unprepare(k8s: Clients, unique_name, real_node):
+    driver = unique_name("skip") + ".example.com"
+    body = objects.resource_slice(unique_name("skip-slice"), driver, real_node.name, [{"name": "dev-0"}])
+    body["spec"]["skipNodeOperations"] = ["NodePrepareResources"]
+    both = dict(body, spec=dict(body["spec"], skipNodeOperations=["NodePrepareResources", "NodeUnprepareResources"]))
+    if not (k8s.resource.create_resource_slice(both, dry_run="All").spec.skip_node_operations or []):
+        pytest.skip(f"the API server dropped spec.skipNodeOperations: {FEATURE} is off there")
+    message = checks.rejected(k8s.resource.create_resource_slice, body, dry_run="All")
+    assert "spec.skipNodeOperations" in message and \
+        "NodePrepareResources cannot be skipped unless NodeUnprepareResources is also skipped" in message, message
