@@ -10,19 +10,27 @@ name) registers with the kubelet and writes CDI specs that containerd injects.
 
 from __future__ import annotations
 
+from typing import Any
+
+import grpc
 import pytest
+import yaml
 
 from conformance import checks, objects
 from fake_devices import faults
 from fake_devices.kubeletplugin import health as health_messages
+from fake_devices.kubeletplugin.generated import podresources_v1_pb2, podresources_v1_pb2_grpc
 from harness.k8s import wait
 from harness.k8s.client import Clients
+from harness.k8s.nodes import SHELL_IMAGE
 
 pytestmark = [pytest.mark.needs_kubelet,
               pytest.mark.fake_devices("a kubelet plugin the harness starts, kills, restarts and stops, and fault "
                                        "injection (the fake driver's plugins on the real node)")]
 
 FAULT_KEY = "dra-harness.x-k8s.io/fault"
+# generated stubs: their message classes are built at import time, out of mypy's sight
+PODRESOURCES: Any = podresources_v1_pb2
 
 
 def devices_in_env(env: dict[str, str]) -> set[tuple[str, str, str, str]]:
@@ -179,6 +187,77 @@ def test_a_new_message_alone_updates_the_status_while_the_health_stays(k8s: Clie
     degraded = health_messages.FAULT_HEALTH["degraded"]
     assert degraded[0] == "HEALTHY", degraded
     watch.wait_for("Healthy with the degraded message", {("Healthy", degraded[1])})
+
+
+def _pod_resources(real_node, pod: str, namespace: str):
+    """The kubelet's PodResources `Get` for a pod (None when the kubelet knows no such pod)."""
+    channel = grpc.insecure_channel(f"unix://{real_node.pod_resources_socket}")
+    try:
+        stub = podresources_v1_pb2_grpc.PodResourcesListerStub(channel)
+        try:
+            return stub.Get(PODRESOURCES.GetPodResourcesRequest(pod_name=pod, pod_namespace=namespace),
+                            timeout=10).pod_resources
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNKNOWN) and "not found" in \
+                    (err.details() or "").lower():
+                return None
+            raise
+    finally:
+        channel.close()
+
+
+def _claim_resources(resources, container: str) -> list[tuple[str, str, tuple[str, str, str], tuple[str, ...]]]:
+    """(claim, namespace, (driver, pool, device), CDI names) for each device the container's claims hold."""
+    found = []
+    for c in resources.containers:
+        if c.name != container:
+            continue
+        for dynamic in c.dynamic_resources:
+            for r in dynamic.claim_resources:
+                found.append((dynamic.claim_name, dynamic.claim_namespace, (r.driver_name, r.pool_name, r.device_name),
+                              tuple(d.name for d in r.cdi_devices)))
+    return found
+
+
+def _gone_from_pod_resources(real_node, pod: str, namespace: str) -> bool:
+    resources = _pod_resources(real_node, pod, namespace)
+    return resources is None or not _claim_resources(resources, "main")
+
+
+@pytest.mark.dra_feature("KubeletPodResourcesDynamicResources", maturity="ga")
+def test_pod_resources_api_lists_the_devices_of_a_pods_claim(k8s: Clients, dra_namespace, real_node, node_driver):
+    """The kubelet's PodResources API reports, per container, each DRA claim it uses with the allocated
+    devices and their CDI names (k8s.io/kubelet@v0.37.2 pkg/apis/podresources/v1/api.proto DynamicResource,
+    ClaimResource; KEP-3695), what monitoring agents read to attribute a device to a pod."""
+    ns = dra_namespace
+    claim, driver = _prepared_pod(k8s, ns, real_node.name, "listed")
+    (result,) = claim.status.allocation.devices.results
+    resources = wait.until(f"the kubelet on {real_node.name} to report pod listed in its PodResources API",
+                           lambda: _pod_resources(real_node, "listed", ns), 30)
+    (entry,) = _claim_resources(resources, "main")
+    name, namespace, device, cdi = entry
+    assert (name, namespace, device) == (claim.metadata.name, ns, (result.driver, result.pool, result.device)), entry
+    # the CDI names are those the plugin returned from NodePrepareResources, i.e. of its spec on the node
+    specs = [yaml.safe_load(path.read_text()) for path in real_node.cdi_specs(driver)]  # JSON or YAML
+    spec_names = {f"{spec['kind']}={d['name']}" for spec in specs for d in spec.get("devices") or []}
+    assert cdi and set(cdi) <= spec_names, (cdi, spec_names)
+
+
+@pytest.mark.dra_feature("KubeletPodResourcesDynamicResources", maturity="ga")
+def test_pod_resources_api_forgets_the_claim_when_the_pod_goes(k8s: Clients, dra_namespace, real_node, node_driver):
+    ns = dra_namespace
+    _prepared_pod(k8s, ns, real_node.name, "leaves")
+    k8s.core.create_namespaced_pod(ns, objects.pod_on_node("plain", real_node.name, SHELL_IMAGE,
+                                                           command=["sleep", "3600"]))
+    checks.containers_running(k8s, ns, "plain", timeout=90)
+    plain = _pod_resources(real_node, "plain", ns)
+    # a pod without claims is listed with no dynamic resources
+    assert plain is not None and _claim_resources(plain, "main") == [], plain
+    assert _claim_resources(_pod_resources(real_node, "leaves", ns), "main")
+    k8s.core.delete_namespaced_pod("leaves", ns)
+    _wait_gone(k8s, ns, "leaves")
+    wait.until(f"the kubelet on {real_node.name} to drop pod leaves from its PodResources API",
+               lambda: _gone_from_pod_resources(real_node, "leaves", ns), 30)
 
 
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")

@@ -24,6 +24,10 @@ UPSTREAM = {  # our file -> the upstream file in the kubelet module
     "dra_health_v1.proto": "pkg/apis/dra-health/v1/api.proto",
     "deviceplugin_v1beta1.proto": "pkg/apis/deviceplugin/v1beta1/api.proto",  # fake_devices/deviceplugin
 }
+# Protos of APIs the suite only calls as a client: a subset of the upstream one (what it reads), field by field.
+UPSTREAM_SUBSETS = {
+    "podresources_v1.proto": "pkg/apis/podresources/v1/api.proto",  # conformance/test_kubelet_node.py
+}
 
 
 def _tools_or_skip() -> None:
@@ -49,7 +53,7 @@ def test_every_proto_has_stubs_and_relative_imports():
         stem = proto.stem
         assert f"{stem}_pb2.py" in committed and f"{stem}_pb2_grpc.py" in committed
         assert f"from . import {stem}_pb2 as" in committed[f"{stem}_pb2_grpc.py"]
-    assert set(UPSTREAM) == {p.name for p in generate.proto_files()}
+    assert set(UPSTREAM) | set(UPSTREAM_SUBSETS) == {p.name for p in generate.proto_files()}
 
 
 def _descriptor_set(proto_dir: Path, name: str):
@@ -103,3 +107,20 @@ def test_protos_match_the_kubelets_wire_format(ours):
     _tools_or_skip()
     upstream = _kubelet_module_dir() / UPSTREAM[ours]
     assert _shape(_descriptor_set(generate.PROTO_DIR, ours)) == _shape(_descriptor_set(upstream.parent, upstream.name))
+
+
+@pytest.mark.parametrize("ours", sorted(UPSTREAM_SUBSETS))
+def test_client_protos_are_a_subset_of_the_kubelets_wire_format(ours):
+    """Every message, field and method we declare is upstream's, with the same number and type: fewer
+    fields only means the reader skips them."""
+    _tools_or_skip()
+    upstream_file = _kubelet_module_dir() / UPSTREAM_SUBSETS[ours]
+    mine, theirs = _shape(_descriptor_set(generate.PROTO_DIR, ours)), _shape(
+        _descriptor_set(upstream_file.parent, upstream_file.name))
+    assert (mine["package"], mine["syntax"]) == (theirs["package"], theirs["syntax"])
+    for name, message in mine["messages"].items():
+        assert name in theirs["messages"], f"{ours}: message {name} is not upstream's"
+        missing = set(message["fields"]) - set(theirs["messages"][name]["fields"])
+        assert not missing, f"{ours}: {name} fields differ from upstream's: {sorted(missing)}"
+    for service, methods in mine["services"].items():
+        assert set(methods) <= set(theirs["services"].get(service, [])), f"{ours}: service {service}"

@@ -105,6 +105,11 @@ class NodePlugins:
     def cdi_dir(self) -> Path:
         return self.node.dirs.cdi
 
+    @property
+    def pod_resources_socket(self) -> Path:
+        """The kubelet's PodResources API (k8s.io/kubelet podresources v1), under its --root-dir."""
+        return self.node.dirs.kubelet_root / "pod-resources" / "kubelet.sock"
+
     def _hold_node(self) -> IO[str]:
         if self._users_lock is None:
             handle = open(self.node.dirs.base / "users.lock", "a")
