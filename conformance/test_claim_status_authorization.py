@@ -46,7 +46,7 @@ from harness.k8s import wait
 from harness.k8s.client import Clients
 
 GATE = "DRAResourceClaimGranularStatusAuthorization"
-pytestmark = pytest.mark.dra_feature(GATE, maturity="beta")
+pytestmark = pytest.mark.dra_feature("DRAResourceClaimGranularStatusAuthorization", maturity="beta")
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 RBAC_TIMEOUT = 30  # the RBAC authorizer reads Roles from an informer: a new grant takes effect a moment later
