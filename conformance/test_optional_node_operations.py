@@ -25,8 +25,8 @@ from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.k8s.nodes import SHELL_IMAGE
 
-pytestmark = [pytest.mark.needs_kubelet,
-              pytest.mark.dra_feature("DRAOptionalNodeOperations", maturity="alpha")]
+pytestmark = [pytest.mark.dra_feature("DRAOptionalNodeOperations", maturity="alpha")]
+NEEDS_KUBELET = pytest.mark.needs_kubelet
 FEATURE = "DRAOptionalNodeOperations"
 
 
@@ -58,6 +58,7 @@ def _events(k8s: Clients, namespace: str, pod: str) -> list:
     return list(k8s.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items)
 
 
+@NEEDS_KUBELET
 def test_a_pod_starts_without_the_drivers_plugin_where_its_slice_skips_node_operations(
         k8s: Clients, dra_namespace, real_node, unregistered_driver):
     ns = dra_namespace
@@ -74,6 +75,7 @@ def test_a_pod_starts_without_the_drivers_plugin_where_its_slice_skips_node_oper
     assert not failed, f"pod skips: the kubelet tried to prepare {driver}: {failed}"
 
 
+@NEEDS_KUBELET
 def test_without_the_skip_the_kubelet_calls_the_missing_plugin_and_the_pod_does_not_start(
         k8s: Clients, dra_namespace, real_node, unregistered_driver):
     ns = dra_namespace
@@ -105,3 +107,28 @@ def test_api_refuses_skipping_prepare_without_unprepare(k8s: Clients, unique_nam
     message = checks.rejected(k8s.resource.create_resource_slice, body, dry_run="All")
     assert "spec.skipNodeOperations" in message and \
         "NodePrepareResources cannot be skipped unless NodeUnprepareResources is also skipped" in message, message
+
+
+def test_a_node_that_does_not_declare_the_feature_gets_no_such_device(k8s: Clients, dra_namespace, simulated_node,
+                                                                       unique_name, cluster_objects):
+    """The allocator offers a device whose slice skips node operations only on a node whose
+    `status.declaredFeatures` lists DRAOptionalNodeOperations: a kubelet without the feature would prepare it
+    after all (k8s.io/dynamic-resource-allocation@v0.37.2 structured/internal/experimental
+    allocator_experimental.go, allocateDevice). A simulated node declares nothing."""
+    ns, node = dra_namespace, simulated_node
+    declared = k8s.core.read_node(node).status.declared_features or []
+    if FEATURE in declared:
+        pytest.skip(f"node {node} declares {FEATURE}")
+    driver = unique_name("skip") + ".example.com"
+    body = objects.resource_slice(unique_name("skip-slice"), driver, node, [{"name": "dev-0"}])
+    body["spec"]["skipNodeOperations"] = ["*"]
+    if not (cluster_objects.resource_slice(body).spec.skip_node_operations or []):
+        pytest.skip(f"the API server dropped spec.skipNodeOperations: {FEATURE} is off there")
+    cluster_objects.device_class(objects.device_class(driver, driver))
+    k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template("one-device", driver))
+    k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim(
+        "undeclared", "one-device", node_selector={"kubernetes.io/hostname": node}))
+    condition = checks.unschedulable(k8s, ns, "undeclared", timeout=60)
+    assert "cannot allocate all claims" in (condition.message or ""), condition.message
+    claim = checks.pod_claim(k8s, ns, "undeclared")
+    assert not (claim.status and claim.status.allocation), f"claim {claim.metadata.name}: {claim.status.allocation}"
