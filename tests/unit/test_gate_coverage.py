@@ -15,8 +15,7 @@ MARKER = re.compile(r"""dra_feature\(\s*["']([A-Za-z]+)["']""")
 # NodeDeclaredFeatures and SchedulerPreQueueingHints are DRA-related but tested elsewhere (the load tests).
 NOT_YET_TESTED = {
     "DRADeviceCompatibilityGroups", "DRADerivedAttributes", "DRAListTypeAttributes", "DRANodeAllocatableResources",
-    "DRAPartitionableDevicesType", "DRAResourcePoolStatus",
-}
+    }
 ELSEWHERE = {"NodeDeclaredFeatures", "SchedulerPreQueueingHints"}
 
 
