@@ -65,6 +65,50 @@ def test_next_subrequest_when_the_first_cannot_be_satisfied(k8s, dra_namespace, 
     assert request == "gpu/single" and device in pool.names
 
 
+def _opaque(driver: str, parameters: dict, requests: list[str] | None = None) -> dict:
+    config: dict = {"opaque": {"driver": driver, "parameters": parameters}}
+    if requests is not None:
+        config["requests"] = requests
+    return config
+
+
+@PRIORITIZED
+def test_only_the_chosen_subrequests_configs_reach_the_allocation(k8s, dra_namespace, devices_under_test):
+    """Config follows the subrequest the allocator chose: the class config of the chosen subrequest's class and
+    the claim configs naming `<request>/<chosen>` or the request itself are copied into the allocation, those
+    of the subrequest not taken are not; a config that now covers every request loses its `requests`
+    ("empty means all"). (k8s.io/dynamic-resource-allocation@v0.37.2 structured/internal/*/allocator_*.go,
+    "Populate configs"; upstream test/e2e/dra: "supports claim and class parameters" with subrequests.)"""
+    ns = dra_namespace
+    pool = devices_under_test(2)
+    driver = pool.driver
+    # Two classes over the pool's devices, each with a config of its own.
+    classes = {}
+    for which in ("triple", "single"):
+        name = pool.own_class(f"cfg-{which}")
+        k8s.resource.patch_device_class(name, {"spec": {"config": [_opaque(driver, {"class": which})]}})
+        classes[which] = name
+    triple = pool.request("triple", count=3, device_class=classes["triple"])  # three where the test has two
+    single = pool.request("single", device_class=classes["single"])
+    template = objects.claim_template("chosen", requests=[objects.first_available("gpu", triple, single)])
+    template["spec"]["spec"]["devices"]["config"] = [
+        _opaque(driver, {"for": "triple"}, ["gpu/triple"]),
+        _opaque(driver, {"for": "single"}, ["gpu/single"]),
+        _opaque(driver, {"for": "request"}, ["gpu"]),
+        _opaque(driver, {"for": "all"}),
+    ]
+    k8s.resource.create_namespaced_resource_claim_template(ns, template)
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("chosen", "chosen")))
+    [(request, device)] = _results(k8s, ns, "chosen")
+    assert request == "gpu/single" and device in pool.names
+    allocation = checks.pod_claim(k8s, ns, "chosen").status.allocation
+    configs = [(c.source, c.opaque.parameters, list(c.requests or [])) for c in allocation.devices.config]
+    # the chosen class's config first, then the claim's in their order; one request only, so each config
+    # covers all of them and its `requests` is cleared
+    assert configs == [("FromClass", {"class": "single"}, []), ("FromClaim", {"for": "single"}, []),
+                       ("FromClaim", {"for": "request"}, []), ("FromClaim", {"for": "all"}, [])], configs
+
+
 @PRIORITIZED
 def test_falls_back_while_the_first_choice_is_in_use(k8s, dra_namespace, devices_under_test):
     ns = dra_namespace
