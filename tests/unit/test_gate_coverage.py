@@ -14,8 +14,8 @@ MARKER = re.compile(r"""dra_feature\(\s*["']([A-Za-z]+)["']""")
 # Gates of 1.37 the suite has no test for yet (the issue "Every DRA feature of Kubernetes 1.37 in the suite").
 # NodeDeclaredFeatures and SchedulerPreQueueingHints are DRA-related but tested elsewhere (the load tests).
 NOT_YET_TESTED = {
-    "DRADeviceCompatibilityGroups", "DRADerivedAttributes", "DRAListTypeAttributes", "DRANodeAllocatableResources",
-    }
+    "DRADerivedAttributes", "DRAListTypeAttributes",
+}
 ELSEWHERE = {"NodeDeclaredFeatures", "SchedulerPreQueueingHints"}
 
 
