@@ -210,8 +210,56 @@ def _attachments(r: Reader, count: int | None, roots: dict[str, int], numa_ids: 
     return tuple(result)
 
 
+SCALAR_ATTRIBUTE = "an integer, true/false, a string of at most 64 characters, or {version: X.Y.Z}"
+LIST_ATTRIBUTE = ("a non-empty list of integers, of true/false or of strings of at most 64 characters, "
+                  "or {versions: [X.Y.Z, ...]}")
+MAX_ATTRIBUTE_VALUE_LENGTH = 64  # k8s.io/api@v0.37.2 resource/v1 DeviceAttributeMaxValueLength
+
+
+def _is_version(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_ATTRIBUTE_VALUE_LENGTH and bool(SEMVER.match(value))
+
+
+def _list_attribute(r: Reader, where: str, items: list, versions: bool) -> dict | None:
+    """A YAML list -> {"ints"|"bools"|"strings"|"versions": [...]} (DRAListTypeAttributes), or None after
+    reporting what is wrong. The API refuses empty lists ("must not be empty if specified") and a list holds
+    one type (k8s.io/api@v0.37.2 resource/v1 DeviceAttribute)."""
+    if not items:
+        r.fail(where, "is an empty list (the API refuses an empty list attribute)", LIST_ATTRIBUTE)
+        return None
+    if versions:
+        bad = [i for i, v in enumerate(items) if not _is_version(v)]
+        if bad:
+            r.fail(f"{where}[{bad[0]}]", f"{items[bad[0]]!r} is not a semantic version",
+                   "semver.org 2.0.0 versions of at most 64 characters, e.g. 1.2.3 or 2.0.0-rc.1")
+            return None
+        return {"versions": list(items)}
+    kinds = {"bools" if isinstance(v, bool) else "ints" if isinstance(v, int) else "strings" if isinstance(v, str)
+             else "other" for v in items}
+    if "other" in kinds:
+        i = next(i for i, v in enumerate(items) if not isinstance(v, (bool, int, str)))
+        r.fail(f"{where}[{i}]", f"unsupported list item {items[i]!r}", "integers, true/false or strings")
+        return None
+    if len(kinds) > 1:
+        names = {"bools": "true/false", "ints": "integers", "strings": "strings"}
+        r.fail(where, f"mixes {' and '.join(names[k] for k in sorted(kinds))}",
+               "a list of one type: integers, true/false or strings")
+        return None
+    (kind,) = kinds
+    if kind == "strings":
+        long = next((i for i, v in enumerate(items) if len(v) > MAX_ATTRIBUTE_VALUE_LENGTH), None)
+        if long is not None:
+            r.fail(f"{where}[{long}]", f"is {len(items[long])} characters long",
+                   f"strings of at most {MAX_ATTRIBUTE_VALUE_LENGTH} characters")
+            return None
+    return {kind: list(items)}
+
+
 def _extra_attributes(r: Reader) -> dict:
-    """`attributes: {name: value}` -> the API's typed form ({"int": 1}, {"string": "x"}, ...)."""
+    """`attributes: {name: value}` -> the API's typed form ({"int": 1}, {"string": "x"}, {"ints": [0, 1]}, ...).
+
+    A YAML list becomes a list attribute (ints, bools or strings; {versions: [...]} for versions); the
+    per-device total of values is checked against the API's limit in render.check_limits."""
     result: dict[str, dict[str, Any]] = {}
     for name, value in r.raw_mapping("attributes").items():
         where = f"{r.at('attributes')}.{name}"
@@ -223,14 +271,18 @@ def _extra_attributes(r: Reader) -> dict:
             result[name] = {"bool": value}
         elif isinstance(value, int):
             result[name] = {"int": value}
-        elif isinstance(value, str) and len(value) <= 64:
+        elif isinstance(value, str) and len(value) <= MAX_ATTRIBUTE_VALUE_LENGTH:
             result[name] = {"string": value}
-        elif (isinstance(value, dict) and list(value) == ["version"] and isinstance(value["version"], str)
-              and len(value["version"]) <= 64 and SEMVER.match(value["version"])):
+        elif (isinstance(value, dict) and list(value) == ["version"] and _is_version(value["version"])):
             result[name] = {"version": value["version"]}
+        elif isinstance(value, list):
+            if (typed := _list_attribute(r, where, value, versions=False)) is not None:
+                result[name] = typed
+        elif isinstance(value, dict) and list(value) == ["versions"] and isinstance(value["versions"], list):
+            if (typed := _list_attribute(r, f"{where}.versions", value["versions"], versions=True)) is not None:
+                result[name] = typed
         else:
-            r.fail(where, f"unsupported attribute value {value!r}",
-                   "an integer, true/false, a string of at most 64 characters, or {version: X.Y.Z}")
+            r.fail(where, f"unsupported attribute value {value!r}", f"{SCALAR_ATTRIBUTE}; or {LIST_ATTRIBUTE}")
     return result
 
 

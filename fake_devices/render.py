@@ -4,7 +4,8 @@ Same inputs, same output, byte for byte (sorted devices, stable names, UUIDs has
 device name), so the output is golden-tested and a restarted driver recognises its own slices.
 
 One pool per node and driver (pool name = node name). Devices are split across slices within the
-API limits: 128 devices per slice, 64 when a slice's devices use taints or counters; counter sets
+API limits: 128 devices per slice, 64 when a slice's devices use taints, counters or list attributes
+(ResourceSliceMaxDevicesWithAdvancedFeatures); counter sets
 (MIG) go to slices of their own, at most 8 sets each. Every device gets the standard topology
 attributes `resource.kubernetes.io/numaNode` (int), `.../pcieRoot` and `.../pciBusID`; everything
 else is unqualified, i.e. in the driver's own domain.
@@ -26,9 +27,14 @@ from fake_devices.schema import DNS_LABEL
 
 STD = "resource.kubernetes.io/"
 MAX_DEVICES = 128
+# k8s.io/api@v0.37.2 resource/v1 ResourceSliceMaxDevicesWithAdvancedFeatures: a slice with a tainted
+# device, a device consuming counters or one with a list attribute (DRAListTypeAttributes) holds at most 64.
 MAX_DEVICES_TAINTED_OR_COUNTED = 64
 MAX_COUNTER_SETS = 8
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
+# ResourceSliceMaxAttributeValuesPerDevice: scalars count 1, a list attribute one per item
+MAX_ATTRIBUTE_VALUES = 48
+LIST_KINDS = ("ints", "bools", "strings", "versions")
 UUID_NAMESPACE = uuid.UUID("6f1c2b8e-52f4-4c55-9a38-6b2f0d7c9e11")
 MANAGED_BY = "dra-harness-fake-devices"
 LABEL_PROFILE = "dra-harness.x-k8s.io/profile"
@@ -250,6 +256,22 @@ def apply_faults(devices: list[dict], faults: dict[str, str]) -> list[dict]:
 
 # --- slices -----------------------------------------------------------------------------------
 
+def has_list_attribute(device: dict) -> bool:
+    """Whether a device publishes a list attribute: it makes its slice one with advanced features (at most
+    64 devices, k8s.io/kubernetes@v1.37.2 pkg/apis/resource/validation haveListAttributes)."""
+    return any(kind in value for value in device.get("attributes", {}).values() for kind in LIST_KINDS)
+
+
+def attribute_values(device: dict) -> int:
+    """The API's count of a device's attribute values (validation numEntriesDeviceAttribute): one per
+    scalar, one per item of a list."""
+    total = 0
+    for value in device.get("attributes", {}).values():
+        items = [value[kind] for kind in LIST_KINDS if kind in value]
+        total += sum(len(i) for i in items) if items else 1
+    return total
+
+
 def slice_name(node: str, driver: str, index: int) -> str:
     kind = driver.split(".", 1)[0]
     digest = hashlib.sha256(driver.encode()).hexdigest()[:6]
@@ -285,7 +307,7 @@ def render_node(profile: Profile, node: str, drivers: Drivers, *, generation: in
         devices = apply_faults(devices, faults or {})
         if shape.attributes == "none":  # bare names: nothing a selector could tell them apart by
             devices = [{k: v for k, v in d.items() if k not in ("attributes", "capacity")} for d in devices]
-        limited = any("taints" in d or "consumesCounters" in d for d in devices)
+        limited = any("taints" in d or "consumesCounters" in d or has_list_attribute(d) for d in devices)
         groups: list[tuple[list, list]] = [(chunk, []) for chunk in
                                            _chunks(devices, MAX_DEVICES_TAINTED_OR_COUNTED if limited else MAX_DEVICES)]
         if counter_sets:
@@ -349,6 +371,14 @@ def check_limits(profile: Profile) -> list[Problem]:
                 problems.append(Problem(profile.source, f"{where}.attributes",
                                         f"device {device['name']} would have {used} attributes and capacities",
                                         f"at most {MAX_ATTRIBUTES_AND_CAPACITIES}"))
+                break
+            values = attribute_values(device)
+            if values > MAX_ATTRIBUTE_VALUES:
+                where = _group_of(profile, device["name"])
+                problems.append(Problem(profile.source, f"{where}.attributes",
+                                        f"device {device['name']} would have {values} attribute values "
+                                        "(each item of a list counts)",
+                                        f"at most {MAX_ATTRIBUTE_VALUES} in all, the fake driver's own included"))
                 break
     return problems
 

@@ -103,6 +103,11 @@ def _attribute_value(value: dict) -> str:
             return str(value[key])
     if "bool" in value:
         return "true" if value["bool"] else "false"
+    for key in ("strings", "versions", "ints"):  # list attributes (DRAListTypeAttributes): comma-separated
+        if key in value:
+            return ",".join(str(item) for item in value[key])
+    if "bools" in value:
+        return ",".join("true" if item else "false" for item in value["bools"])
     return json.dumps(value, sort_keys=True)
 
 

@@ -61,7 +61,8 @@ KNOWN_FEATURES = ("DynamicResourceAllocation", "DRAAdminAccess", "DRAConsumableC
                   "DRAWorkloadResourceClaims", "GenericWorkload", "ResourceHealthStatus",
                   "DRAOptionalNodeOperations", "ResourceHealthStatusMessage", "DRAResourceClaimGranularStatusAuthorization",
                   "KubeletPodResourcesDynamicResources", "DRAResourcePoolStatus", "DRAPartitionableDevicesType",
-                  "DRADeviceCompatibilityGroups", "DRANodeAllocatableResources")
+                  "DRADeviceCompatibilityGroups", "DRANodeAllocatableResources",
+                  "DRAListTypeAttributes", "DRADerivedAttributes")
 EXTENDED_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                                     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 # What `{name}` in spec.kubeletPlugin args and env stands for, per real node (the same keys as

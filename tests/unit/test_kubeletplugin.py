@@ -65,6 +65,15 @@ def ref(uid=UID, name="c", namespace="ns") -> ClaimRef:
 
 # --- CDI --------------------------------------------------------------------------------------
 
+def test_list_attributes_reach_the_environment_comma_separated():
+    attributes = {"numas": {"ints": [0, 1]}, "flags": {"bools": [True, False]}, "zones": {"strings": ["a", "b"]},
+                  "fw": {"versions": ["1.2.3", "2.0.0"]}}
+    spec, _ = cdi.build_spec(DRIVER, ref(), [AllocatedDevice("gpu", DRIVER, NODE, "gpu-0", attributes, {})])
+    env = set(spec["devices"][0]["containerEdits"]["env"])
+    assert {"DRA_GPU_0_0F1E2D3C_ATTR_NUMAS=0,1", "DRA_GPU_0_0F1E2D3C_ATTR_FLAGS=true,false",
+            "DRA_GPU_0_0F1E2D3C_ATTR_ZONES=a,b", "DRA_GPU_0_0F1E2D3C_ATTR_FW=1.2.3,2.0.0"} <= env, env
+
+
 def test_cdi_spec_names_and_environment():
     devices = [AllocatedDevice("gpu", DRIVER, NODE, "gpu-0", GPU0["attributes"], GPU0["capacity"]),
                AllocatedDevice("disk/fast", DRIVER, NODE, "nvme-0", {"model": {"string": "X"}}, {},

@@ -207,6 +207,70 @@ def test_builtins_and_shipped_clusters_are_valid():
         assert cluster.load(str(path)).pools
 
 
+# --- list attributes (DRAListTypeAttributes) ------------------------------------------------
+
+def _nic_with(attributes: str, count: int = 1) -> str:
+    """A one-group NIC profile body whose `attributes:` mapping is the given YAML lines."""
+    return (f"  nics:\n  - model: tiny-nic\n    count: {count}\n    bandwidth: 25G\n"
+            "    attach: [{pcieRoot: pci0000:10}]\n    attributes:\n" + attributes)
+
+
+def test_list_attributes_take_the_api_typed_form(tmp_path):
+    loaded = profile.load(_write(tmp_path, _nic_with(
+        "      numas: [0, 1]\n      flags: [true, false, true]\n      domains: [a, " + "b" * 64 + "]\n"
+        "      firmware: {versions: [1.2.3, 2.0.0-rc.1+build.5]}\n      single: [7]\n      plain: 3\n")))
+    assert loaded.nics[0].attributes == {
+        "numas": {"ints": [0, 1]}, "flags": {"bools": [True, False, True]},
+        "domains": {"strings": ["a", "b" * 64]}, "firmware": {"versions": ["1.2.3", "2.0.0-rc.1+build.5"]},
+        "single": {"ints": [7]}, "plain": {"int": 3}}
+
+
+# attributes lines -> (exact field, fragment of the problem, fragment of what is allowed)
+LIST_ATTRIBUTE_ERRORS = {
+    "empty": ("      numas: []\n", "spec.nics[0].attributes.numas", "is an empty list", "a non-empty list"),
+    "mixed-int-string": ("      numas: [0, x]\n", "spec.nics[0].attributes.numas", "mixes integers and strings",
+                         "a list of one type"),
+    "mixed-bool-int": ("      numas: [true, 1]\n", "spec.nics[0].attributes.numas", "mixes true/false and integers",
+                       "a list of one type"),
+    "float-item": ("      numas: [0, 1.5]\n", "spec.nics[0].attributes.numas[1]", "unsupported list item 1.5",
+                   "integers, true/false or strings"),
+    "nested-item": ("      numas: [[0]]\n", "spec.nics[0].attributes.numas[0]", "unsupported list item [0]",
+                    "integers, true/false or strings"),
+    "string-too-long": ("      domains: [a, " + "b" * 65 + "]\n", "spec.nics[0].attributes.domains[1]",
+                        "is 65 characters long", "at most 64 characters"),
+    "versions-empty": ("      fw: {versions: []}\n", "spec.nics[0].attributes.fw.versions", "is an empty list",
+                       "{versions: [X.Y.Z, ...]}"),
+    "versions-not-semver": ("      fw: {versions: [1.2.3, \"1.2\"]}\n", "spec.nics[0].attributes.fw.versions[1]",
+                            "'1.2' is not a semantic version", "semver.org 2.0.0"),
+    "versions-not-a-list": ("      fw: {versions: 1.2.3}\n", "spec.nics[0].attributes.fw",
+                            "unsupported attribute value", "{versions: [X.Y.Z, ...]}"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LIST_ATTRIBUTE_ERRORS))
+def test_bad_list_attribute_is_rejected_with_located_problem(tmp_path, case):
+    lines, field, fragment, allowed = LIST_ATTRIBUTE_ERRORS[case]
+    path = _write(tmp_path, _nic_with(lines))
+    with pytest.raises(InvalidInput) as info:
+        profile.load(path)
+    (problem,) = info.value.problems
+    assert (problem.source, problem.field) == (path, field), str(problem)
+    assert fragment in problem.problem and allowed in (problem.allowed or ""), str(problem)
+
+
+def test_attribute_values_per_device_are_limited_to_48(tmp_path):
+    """A NIC has 7 attributes of its own (type, model, macAddress, index and the 3 topology ones): a list of
+    41 integers makes 48 values, the API's ResourceSliceMaxAttributeValuesPerDevice; 42 is one too many."""
+    at_limit = profile.load(_write(tmp_path, _nic_with(f"      ids: {list(range(41))}\n")))
+    assert at_limit.nics[0].attributes["ids"] == {"ints": list(range(41))}
+    path = _write(tmp_path, _nic_with(f"      ids: {list(range(40))}\n      more: [true, false]\n"))
+    with pytest.raises(InvalidInput) as info:
+        profile.load(path)
+    (problem,) = info.value.problems
+    assert problem.field == "spec.nics[0].attributes", str(problem)
+    assert "device nic-0 would have 49 attribute values" in problem.problem and "at most 48" in (problem.allowed or "")
+
+
 # --- the command line -------------------------------------------------------------------------
 
 def _validate(*files: str) -> subprocess.CompletedProcess:

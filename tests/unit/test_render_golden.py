@@ -84,7 +84,7 @@ def test_slice_limits(name):
             assert not (devices and sets), f"{s['metadata']['name']}: counter sets and devices in one slice"
             assert devices or sets, f"{s['metadata']['name']}: empty slice"
             assert len(devices) <= render.MAX_DEVICES
-            if any("taints" in d or "consumesCounters" in d for d in devices):
+            if any("taints" in d or "consumesCounters" in d or render.has_list_attribute(d) for d in devices):
                 assert len(devices) <= render.MAX_DEVICES_TAINTED_OR_COUNTED
             assert len(sets) <= render.MAX_COUNTER_SETS
             for counter_set in sets:
@@ -324,6 +324,38 @@ spec:
     assert {s["spec"]["pool"]["resourceSliceCount"] for s in tainted} == {2}
     lost = render.render_node(prof, NODE, DRIVERS, faults={"nicb-7": "lost"})[DRIVERS.nic]
     assert [len(s["spec"]["devices"]) for s in lost] == [99]
+
+
+def test_list_attributes_switch_to_the_smaller_slice_limit(tmp_path):
+    """A list attribute is an advanced feature too (ResourceSliceMaxDevicesWithAdvancedFeatures): 100 NICs
+    of which 50 publish `numas: [0, 1]` go to slices of at most 64; without it they fit one of 128."""
+    path = tmp_path / "many-nics.yaml"
+    head = """apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: NodeProfile
+metadata: {name: many-nics}
+spec:
+  numaNodes: [{id: 0, cpus: "0-7", memory: 32Gi, pcieRoots: [pci0000:10]}]
+  nics:
+  - {model: a, count: 50, bandwidth: 25G, attach: [{pcieRoot: pci0000:10}]}
+"""
+    path.write_text(head + "  - {model: b, namePrefix: nicb, count: 50, bandwidth: 25G, attach: [{pcieRoot: pci0000:10}],"
+                           " attributes: {numas: [0, 1]}}\n")
+    listed = render.render_node(profile.load(str(path)), NODE, DRIVERS)[DRIVERS.nic]
+    assert [len(s["spec"]["devices"]) for s in listed] == [64, 36]
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in listed} == {2}
+    assert _by_name(listed)["nicb-0"]["attributes"]["numas"] == {"ints": [0, 1]}
+    path.write_text(head + "  - {model: b, namePrefix: nicb, count: 50, bandwidth: 25G, attach: [{pcieRoot: pci0000:10}],"
+                           " attributes: {numa: 0}}\n")
+    scalar = render.render_node(profile.load(str(path)), NODE, DRIVERS)[DRIVERS.nic]
+    assert [len(s["spec"]["devices"]) for s in scalar] == [100]
+
+
+def test_attribute_values_count_list_items():
+    device = {"name": "d", "attributes": {"a": {"int": 1}, "b": {"ints": [1, 2, 3]}, "c": {"versions": ["1.0.0"]}}}
+    assert render.attribute_values(device) == 5
+    assert render.has_list_attribute(device)
+    assert not render.has_list_attribute({"name": "e", "attributes": {"a": {"string": "x"}}})
+    assert not render.has_list_attribute({"name": "bare"})
 
 
 # --- names ------------------------------------------------------------------------------------
