@@ -70,3 +70,12 @@ def test_every_dra_gate_has_at_least_two_tests():
     gates = set(featuregates.load_matrix("1.37").gates) - ELSEWHERE - NOT_YET_TESTED
     too_few = {g: counts.get(g, 0) for g in gates if counts.get(g, 0) < 2}
     assert not too_few, f"DRA gates with fewer than two tests: {too_few}"
+
+
+def test_every_gate_has_a_row_with_its_kep_in_the_docs():
+    text = (CONFORMANCE.parent / "docs" / "conformance.md").read_text()
+    section = text.split("## Gate coverage", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| (\w+) \| \[KEP-(\d+)\]", section, flags=re.M))
+    gates = set(featuregates.load_matrix("1.37").gates)
+    assert set(rows) == gates, f"docs/conformance.md 'Gate coverage': missing {sorted(gates - set(rows))}, " \
+                               f"not a gate {sorted(set(rows) - gates)}"
