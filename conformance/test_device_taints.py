@@ -16,7 +16,8 @@ import pytest
 
 from conformance import checks, objects
 from fake_devices import faults
-from fake_devices.render import FAULT_EFFECTS, FAULT_TAINT_KEY
+from fake_devices.faultkinds import KINDS as FAULT_KINDS
+from fake_devices.render import FAULT_TAINT_KEY
 from harness.k8s import wait
 
 DEVICE_TAINTS = pytest.mark.dra_feature("DRADeviceTaints", maturity="ga")
@@ -32,7 +33,9 @@ TOLERATION_SECONDS = 5
 def _fault(k8s, ns, driver, node: str, device: str, kind: str | None, driver_name: str | None = None):
     """Inject (or clear, kind None) a fault and wait until the driver publishes its taint."""
     faults.set_fault(k8s.core, ns, driver.config.faults_configmap, node, device, kind)
-    expected = [] if kind is None else [(FAULT_TAINT_KEY, kind, FAULT_EFFECTS[kind])]
+    effect = FAULT_KINDS[kind].taint_effect if kind is not None else None
+    assert kind is None or effect is not None, f"fault {kind!r} publishes no taint"
+    expected = [] if kind is None or effect is None else [(FAULT_TAINT_KEY, kind, effect)]
     return checks.published_taints(k8s, driver_name or driver.drivers.gpu, node, device, expected)
 
 

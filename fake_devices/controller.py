@@ -280,7 +280,8 @@ class FakeDriver:
             return before != self._nodes.get(name)
 
     def _apply_faults(self, data: dict[str, str]) -> None:
-        parsed = {node: parse_faults(text) for node, text in data.items()}
+        where = f"ConfigMap {self.config.namespace}/{self.config.faults_configmap} key"
+        parsed = {node: parse_faults(text, f"{where} {node}") for node, text in data.items()}
         with self._lock:
             changed = {n for n in set(parsed) | set(self._faults) if parsed.get(n, {}) != self._faults.get(n, {})}
             self._faults = parsed

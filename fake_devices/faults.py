@@ -9,33 +9,40 @@ clearing the entry (recovery) removes the taint or brings the device back.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from fake_devices.errors import InvalidInput, Problem
-from fake_devices.render import FAULT_KINDS
+from fake_devices import faultkinds
+from fake_devices.errors import InvalidInput
+
+log = logging.getLogger("fake_devices.faults")
+FAULT_KINDS = faultkinds.NAMES
+_warned: set[str] = set()  # each refused entry is logged once per process, not on every watch event
 
 
-def parse_faults(text: str) -> dict[str, str]:
-    result = {}
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
-        device, _, kind = item.partition("=")
-        if kind in FAULT_KINDS:
-            result[device] = kind
-    return result
+def parse_faults(text: str, where: str = "faults") -> dict[str, str]:
+    """One node's entry of the fault ConfigMap -> {device: kind}. An entry the codec refuses (an unknown
+    kind, a typo in a hand edit) is left out and logged with where it is, once."""
+    faults, problems = faultkinds.decode(text, where)
+    for problem in problems:
+        if str(problem) not in _warned and len(_warned) < 1000:
+            _warned.add(str(problem))
+            log.warning("ignoring a fault entry: %s", problem)
+    return faults
 
 
 def format_faults(faults: dict[str, str]) -> str:
-    return ",".join(f"{device}={kind}" for device, kind in sorted(faults.items()))
+    return faultkinds.encode(faults)
 
 
 def set_fault(core: kubernetes.client.CoreV1Api, namespace: str, configmap: str, node: str, device: str,
               kind: str | None) -> dict[str, str]:
     """Inject (`kind`) or clear (None) a device's fault; returns the node's faults afterwards."""
-    if kind is not None and kind not in FAULT_KINDS:
-        raise InvalidInput([Problem("--kind", kind, "unknown fault kind", ", ".join(FAULT_KINDS))])
+    if kind is not None and (problem := faultkinds.problem("--kind", kind)) is not None:
+        raise InvalidInput([problem])
     for _ in range(10):  # optimistic concurrency: retry when another writer got there first
         try:
             cm = core.read_namespaced_config_map(configmap, namespace)
@@ -44,7 +51,7 @@ def set_fault(core: kubernetes.client.CoreV1Api, namespace: str, configmap: str,
                 raise
             cm = None
         data = dict((cm.data or {}) if cm else {})
-        faults = parse_faults(data.get(node, ""))
+        faults = parse_faults(data.get(node, ""), f"ConfigMap {namespace}/{configmap} key {node}")
         if kind is None:
             faults.pop(device, None)
         else:

@@ -43,7 +43,7 @@ import grpc
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from fake_devices import entrypoint
+from fake_devices import entrypoint, faultkinds
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.faults import parse_faults
 from fake_devices.kubeletplugin.generated import (
@@ -65,7 +65,8 @@ TAINT_KEY = "dra-harness.x-k8s.io/health"  # value: degraded | failed
 HEALTHY, DEGRADED, FAILED = "healthy", "degraded", "failed"
 SEVERITY = {HEALTHY: 0, DEGRADED: 1, FAILED: 2}
 EFFECTS = {DEGRADED: "NoSchedule", FAILED: "NoExecute"}
-FAULT_STATES = {"degraded": DEGRADED, "unhealthy": FAILED, "lost": FAILED}  # warning: healthy
+# fault kind -> the monitor's verdict (kinds it calls healthy left out), from the one table of fault kinds
+FAULT_STATES = {k.name: k.monitor_state for k in faultkinds.KINDS.values() if k.monitor_state != HEALTHY}
 MAX_NAME = 40  # the monitor's name; its rules are `<name>-<12 hex digits>`
 DEFAULT_MAX_RULES = 64
 RESYNC_SECONDS = 30.0  # a full reconcile now and then repairs a rule someone else deleted or edited
@@ -258,7 +259,7 @@ class HealthMonitor:
             for item in self._faults_watch.items().values():
                 data = item.get("data") or {}
             slices = [s for watch in self._slices for s in watch.items().values()]
-            sources.append(verdicts_from_faults(slices, self.drivers, {n: parse_faults(t) for n, t in data.items()}))
+            sources.append(verdicts_from_faults(slices, self.drivers, {n: parse_faults(t, f"fault ConfigMap key {n}") for n, t in data.items()}))
         merged: dict[Device, Verdict] = {}
         for device in {d for source in sources for d in source}:
             merged[device] = worst(source[device] for source in sources if device in source)

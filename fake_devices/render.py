@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fake_devices import mig
+from fake_devices import faultkinds, mig
 from fake_devices.errors import Problem
 from fake_devices.hardware import Attachment, GpuGroup, NicGroup, Profile, StorageGroup
 from fake_devices.schema import DNS_LABEL
@@ -38,11 +38,8 @@ LIST_KINDS = ("ints", "bools", "strings", "versions")
 UUID_NAMESPACE = uuid.UUID("6f1c2b8e-52f4-4c55-9a38-6b2f0d7c9e11")
 MANAGED_BY = "dra-harness-fake-devices"
 LABEL_PROFILE = "dra-harness.x-k8s.io/profile"
-FAULT_TAINT_KEY = "dra-harness.x-k8s.io/fault"
+FAULT_TAINT_KEY = faultkinds.TAINT_KEY
 
-# Fault kind -> taint effect. "lost" is not a taint: the device disappears from its slice.
-FAULT_EFFECTS = {"warning": "None", "degraded": "NoSchedule", "unhealthy": "NoExecute"}
-FAULT_KINDS = (*FAULT_EFFECTS, "lost")
 
 
 @dataclass(frozen=True)
@@ -245,11 +242,11 @@ def _fault_of(device: dict, faults: dict[str, str]) -> str | None:
 def apply_faults(devices: list[dict], faults: dict[str, str]) -> list[dict]:
     result = []
     for device in devices:
-        kind = _fault_of(device, faults)
-        if kind == "lost":
+        fault = faultkinds.KINDS.get(_fault_of(device, faults) or "")
+        if fault is not None and fault.removes_device:
             continue
-        if kind in FAULT_EFFECTS:
-            device = {**device, "taints": [{"key": FAULT_TAINT_KEY, "value": kind, "effect": FAULT_EFFECTS[kind]}]}
+        if fault is not None and fault.taint_effect is not None:
+            device = {**device, "taints": [{"key": FAULT_TAINT_KEY, "value": fault.name, "effect": fault.taint_effect}]}
         result.append(device)
     return result
 

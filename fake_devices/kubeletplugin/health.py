@@ -23,16 +23,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fake_devices import render
+from fake_devices import faultkinds, render
 
 HEALTHY, UNHEALTHY, UNKNOWN = "HEALTHY", "UNHEALTHY", "UNKNOWN"
-FAULT_HEALTH = {
-    "warning": (HEALTHY, "fault 'warning' injected: published with a taint of effect None; the device works"),
-    "degraded": (HEALTHY, "fault 'degraded' injected: NoSchedule taint, no new allocations; running "
-                          "workloads keep the device"),
-    "unhealthy": (UNHEALTHY, "fault 'unhealthy' injected: NoExecute taint, pods using the device are evicted"),
-    "lost": (UNHEALTHY, "fault 'lost' injected: the device is no longer published"),
-}
+# fault kind -> (health, message), from the one table of fault kinds
+FAULT_HEALTH = {k.name: (k.kubelet_health, k.health_message) for k in faultkinds.KINDS.values()}
 
 
 @dataclass(frozen=True)

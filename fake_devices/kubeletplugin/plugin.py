@@ -166,7 +166,8 @@ class KubeletPlugin:
         for obj in items.values():
             if (obj.get("metadata") or {}).get("name") == self.config.faults_configmap:
                 data = obj.get("data") or {}
-        self.health.set_faults(parse_faults(data.get(self.config.node, "")))
+        self.health.set_faults(parse_faults(data.get(self.config.node, ""),
+                                            f"ConfigMap {self.config.faults_configmap} key {self.config.node}"))
 
     def _node_labels(self) -> dict[str, str]:
         node = self.core.read_node(self.config.node, _request_timeout=30)
