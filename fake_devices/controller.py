@@ -29,7 +29,7 @@ from fake_devices.faults import parse_faults
 from fake_devices.plan import plan_pool
 
 log = logging.getLogger("fake_devices")
-INSTANCE_LABEL = "dra-harness.x-k8s.io/fake-driver-instance"
+INSTANCE_LABEL = render.INSTANCE_LABEL
 RESYNC_SECONDS = 300  # a full pass now and then repairs anything a missed watch event left behind
 RETRY_SECONDS = 1.0  # after a failure that may pass (connection, 5xx, conflict, throttling)
 REJECTED_RETRY_SECONDS = 30.0  # after the API server refused a slice: retrying soon cannot help

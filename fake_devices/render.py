@@ -38,6 +38,7 @@ LIST_KINDS = ("ints", "bools", "strings", "versions")
 UUID_NAMESPACE = uuid.UUID("6f1c2b8e-52f4-4c55-9a38-6b2f0d7c9e11")
 MANAGED_BY = "dra-harness-fake-devices"
 LABEL_PROFILE = "dra-harness.x-k8s.io/profile"
+INSTANCE_LABEL = "dra-harness.x-k8s.io/fake-driver-instance"  # which fake-driver instance published a slice
 FAULT_TAINT_KEY = faultkinds.TAINT_KEY
 
 
@@ -319,7 +320,7 @@ def render_node(profile: Profile, node: str, drivers: Drivers, *, generation: in
                 spec["devices"] = chunk
             metadata: dict = {"name": slice_name(node, driver, index),
                               "labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL_PROFILE: profile.name,
-                                         "dra-harness.x-k8s.io/fake-driver-instance": instance}}
+                                         INSTANCE_LABEL: instance}}
             if shape.pool != "node":
                 metadata["labels"][RENDERED_FOR_LABEL] = node
             if node_uid:

@@ -37,7 +37,7 @@ from harness.k8s.wait import describe_namespace, until
 NAMESPACE = "dra-harness-system"
 INSTANCE = "fake"
 DOMAIN = "fake.dra-harness.x-k8s.io"
-INSTANCE_LABEL = "dra-harness.x-k8s.io/fake-driver-instance"
+INSTANCE_LABEL = render.INSTANCE_LABEL
 DEPLOYED_BY_LABEL = "dra-harness.x-k8s.io/deployed-by"
 CONTROLLER = "fake-devices-controller"
 PLUGIN = "fake-devices-kubelet-plugin"
