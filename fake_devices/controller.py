@@ -26,7 +26,7 @@ from kubernetes.client.rest import ApiException
 from fake_devices import attacher, render, variants
 from fake_devices.config import PROFILE_LABEL, DriverConfig
 from fake_devices.faults import parse_faults
-from fake_devices.plan import plan_pool
+from fake_devices.plan import dropped_fields, plan_pool
 
 log = logging.getLogger("fake_devices")
 INSTANCE_LABEL = render.INSTANCE_LABEL
@@ -50,6 +50,19 @@ class SliceRejected(Exception):
         where = f" at {', '.join(self.fields)}" if self.fields else ""
         super().__init__(f"ResourceSlice {self.slice_name} (node {node}, driver {self.driver}) refused by the API "
                          f"server ({err.status} {err.reason}){where}: {self.message}")
+
+
+class FieldsDropped(SliceRejected):
+    """The API server stored a slice without some of its fields: their feature gate is off there. Writing it
+    again would lose them again (and, compared with what the driver wants, forever look out of date)."""
+
+    def __init__(self, node: str, body: dict, fields: list[str]):
+        Exception.__init__(self, f"ResourceSlice {body['metadata']['name']} (node {node}, driver "
+                                 f"{body['spec'].get('driver')}): the API server dropped {', '.join(fields[:8])}"
+                                 f"{' ...' if len(fields) > 8 else ''} (a feature gate of these fields is off in the "
+                                 "cluster; use a profile without them or turn the gate on)")
+        self.node, self.slice_name, self.driver = node, body["metadata"]["name"], body["spec"].get("driver", "?")
+        self.status, self.message, self.fields = None, str(self), fields
 
 
 class PublishError(Exception):
@@ -485,12 +498,13 @@ class FakeDriver:
             plan = plan_pool(desired.get(driver, []), actual)
             for body in plan.create:
                 with _refusal(node, body):
-                    self._store(node, self.resource.create_resource_slice(body))
+                    self._store(node, self.resource.create_resource_slice(body), sent=body)
             for body, resource_version in plan.update:
                 body = {**body, "metadata": {**body["metadata"], "resourceVersion": resource_version}}
                 try:
                     with _refusal(node, body):
-                        self._store(node, self.resource.replace_resource_slice(body["metadata"]["name"], body))
+                        self._store(node, self.resource.replace_resource_slice(body["metadata"]["name"], body),
+                                    sent=body)
                 except ApiException as err:
                     if err.status == 409:
                         self._refresh(node)  # someone wrote in between: re-read; the retry uses fresh state
@@ -500,10 +514,14 @@ class FakeDriver:
                 with self._lock:
                     self._slices[node].pop(name, None)
 
-    def _store(self, node: str, item) -> None:
+    def _store(self, node: str, item, sent: dict | None = None) -> None:
         obj = self.api.sanitize_for_serialization(item)
         with self._lock:
             self._slices[node][obj["metadata"]["name"]] = obj
+        if sent is not None:
+            missing = dropped_fields(sent.get("spec"), obj.get("spec"))
+            if missing:
+                raise FieldsDropped(node, sent, missing)
 
     def _refresh(self, node: str) -> None:
         # the instance's slices, then the node's among them: a network-attached pool's slices name no node

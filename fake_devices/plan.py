@@ -67,6 +67,35 @@ def content(slice_obj: dict) -> dict:
                       or []]}
 
 
+def dropped_fields(sent, stored, path: str = "spec") -> list[str]:
+    """Paths of fields set in what the driver sent that the API server's copy does not have: what an API
+    server drops when the feature gate of a field is off (as the kubelet plugin library's DroppedFieldsError
+    reports, k8s.io/dynamic-resource-allocation@v0.37.2 resourceslice). Values are not compared (the server
+    normalizes quantities); only presence."""
+    if isinstance(sent, dict):
+        if not isinstance(stored, dict):
+            return [path]
+        found = []
+        for key, value in sent.items():
+            if value in (None, [], {}, False, ""):
+                continue
+            if key not in stored or stored[key] in (None, [], {}):
+                found.append(f"{path}.{key}")
+            else:
+                found += dropped_fields(value, stored[key], f"{path}.{key}")
+        return found
+    if isinstance(sent, list) and sent and isinstance(sent[0], dict):
+        if not isinstance(stored, list):
+            return [path]
+        found = []
+        for i, item in enumerate(sent):
+            name = item.get("name") if isinstance(item, dict) else None
+            where = f"{path}[{name}]" if name else f"{path}[{i}]"
+            found += dropped_fields(item, stored[i], where) if i < len(stored) else [where]
+        return found
+    return []
+
+
 def generation_of(slice_obj: dict) -> int:
     return int(((slice_obj.get("spec") or {}).get("pool") or {}).get("generation") or 0)
 

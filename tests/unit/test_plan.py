@@ -192,3 +192,59 @@ def test_content_ignores_generation_and_server_metadata():
     assert plan.generation_of(served) == 9 and plan.generation_of({}) == 0
     bumped = plan.with_generation(desired, 2)
     assert bumped["spec"]["pool"]["generation"] == 2 and desired["spec"]["pool"]["generation"] == 1
+
+
+@pytest.mark.parametrize("name", ["a100-mig", "tiny", "mixed", "dgx-h100", "nvme-storage"])
+def test_a_served_copy_of_every_builtin_profile_drops_nothing(name):
+    slices = render.render_node(profile.load(name), NODE, DRIVERS, node_uid=NODE_UID, instance="test",
+                                faults={"gpu-1": "unhealthy"})
+    for desired in slices.values():
+        for sent, served in zip(desired, _as_served(desired)):
+            assert plan.dropped_fields(sent["spec"], served["spec"]) == [], sent["metadata"]["name"]
+
+
+def test_fields_the_server_dropped_are_named_with_their_device():
+    (sent, *_) = _desired("tiny")
+    served = copy.deepcopy(sent)
+    device = served["spec"]["devices"][0]
+    name = device["name"]
+    device.pop("bindingConditions", None)
+    sent["spec"]["devices"][0]["bindingConditions"] = ["example.com/attached"]  # a field of a gate that is off
+    served["spec"]["devices"][0]["attributes"].pop("uuid")
+    assert plan.dropped_fields(sent["spec"], served["spec"]) == [
+        f"spec.devices[{name}].attributes.uuid", f"spec.devices[{name}].bindingConditions"]
+
+
+class _DroppingServer:
+    """Pure logic: a stand-in for the ResourceSlice API that stores what it gets minus one field, as an API
+    server does with a field whose feature gate is off."""
+
+    def __init__(self, field: str):
+        self.field, self.writes, self.names = field, 0, []
+
+    def create_resource_slice(self, body):
+        self.writes += 1
+        self.names.append(body["metadata"]["name"])
+        stored = copy.deepcopy(body)
+        for device in stored["spec"].get("devices", []):
+            device.get("attributes", {}).pop(self.field, None)
+        stored["metadata"]["resourceVersion"] = str(self.writes)
+        return stored
+
+
+def test_the_driver_reports_fields_the_server_dropped_instead_of_rewriting_them():
+    from fake_devices.config import DriverConfig
+    from fake_devices.controller import FakeDriver, FieldsDropped, SliceRejected
+
+    tiny = profile.load("tiny")
+    driver = FakeDriver(DriverConfig("t", "fake.example.com", {"tiny": tiny}, nodes={NODE: "tiny"}), api_client=None)
+    server = _DroppingServer("uuid")
+    driver.resource = server  # type: ignore[assignment]
+    driver.api = type("Api", (), {"sanitize_for_serialization": staticmethod(lambda obj: obj)})()
+    driver._nodes[NODE] = (NODE_UID, "tiny")
+    with pytest.raises(FieldsDropped) as info:
+        driver.reconcile(NODE)
+    assert "the API server dropped spec.devices[gpu-0].attributes.uuid" in str(info.value)
+    assert "feature gate" in str(info.value) and info.value.node == NODE
+    # it stopped at the first slice that lost a field (a SliceRejected: the worker retries only slowly)
+    assert server.names[-1] == info.value.slice_name and isinstance(info.value, SliceRejected)
