@@ -138,14 +138,18 @@ class Attacher:
             allocation = claim.status.allocation if claim.status else None
             if claim.metadata.uid != uid or allocation is None or str(allocation.allocation_timestamp or "") != stamp:
                 return  # deleted, replaced or allocated anew meanwhile: that allocation gets its own answer
-            body = self.api.sanitize_for_serialization(claim)
-            entries = [d for d in (body["status"].get("devices") or [])
+            status = self.api.sanitize_for_serialization(claim.status)
+            entries = [d for d in (status.get("devices") or [])
                        if (d.get("driver"), d.get("pool"), d.get("device")) != (result.driver, result.pool, result.device)]
             entries.append({"driver": result.driver, "pool": result.pool, "device": result.device,
                             "conditions": conditions})
-            body["status"]["devices"] = entries
+            # Only status.devices, as of the version read (a conflict means: read again). Writing the whole
+            # claim back would send the allocation as the client model re-serialized it, which the API server
+            # may take for a change of the allocation (it refused one with configs: "field cannot be modified
+            # once set").
+            patch = {"metadata": {"resourceVersion": claim.metadata.resource_version}, "status": {"devices": entries}}
             try:
-                self.resource.replace_namespaced_resource_claim_status(name, namespace, body)
+                self.resource.patch_namespaced_resource_claim_status(name, namespace, patch)
             except ApiException as err:
                 if err.status == 409:  # the scheduler wrote in between: read again
                     time.sleep(0.05)
