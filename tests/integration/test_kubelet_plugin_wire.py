@@ -344,12 +344,14 @@ def test_health_follows_injected_faults(k8s, dra_namespace, fake_driver, simulat
     plugin = kubelet_plugin(driver, "gpu", node, profile="tiny")
     cm = driver.config.faults_configmap
 
-    def health_is(expected: dict[str, str]):
+    def health_is(expected: dict[str, str], message: dict[str, str]):
+        # health and message: a degraded device stays HEALTHY, only its message says the plugin saw the fault
         _, entries = plugin.health.snapshot()
-        return {e.device: e.health for e in entries} == expected
+        return {e.device: e.health for e in entries} == expected and \
+            all(text in e.message for e in entries for device, text in message.items() if e.device == device)
 
     def check(expected: dict[str, str], message: dict[str, str]):
-        wait.until(f"plugin health {expected}", lambda: health_is(expected), 15)
+        wait.until(f"plugin health {expected} with messages {message}", lambda: health_is(expected, message), 15)
         for api in ("v1", "v1alpha1"):
             _run(wirecompat_client, {"draSocket": str(plugin.config.dra_socket), "steps": [
                 {"op": "health", "api": api, "health": {"count": len(expected), "devices": [

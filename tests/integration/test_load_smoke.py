@@ -27,7 +27,8 @@ def test_latency_scenario_measures_every_event(scenario, tmp_path, dra_run_id):
     summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-{scenario[:6]}-{dra_run_id[:5]}")
     latency = summary["latency_ms"]
     assert (latency["n"], summary["failures"]) == (3, 0), summary["failure_reasons"]  # why one was not measured
-    assert 0 < latency["p50"] <= latency["p99"] <= latency["max"] < 60_000
+    # 0 is a measurement: a pod bound while the unblocking call was still returning (cluster_ops.next_binding_after)
+    assert 0 <= latency["p50"] <= latency["p99"] <= latency["max"] < 60_000
     scheduler = summary["scheduler"]
     assert scheduler["missedRequeues"] == 0  # no pod needed the periodic flush
     assert sum(scheduler["incomingByEvent"].values()) > 0
@@ -46,7 +47,8 @@ def test_steady_state_measures_every_arrival(tmp_path, dra_run_id):
     summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-stead-{dra_run_id[:5]}")
     latency = summary["latency_ms"]
     assert (latency["n"], summary["failures"]) == (6, 0), summary.get("failure_reasons")
-    assert 0 < latency["p50"] <= latency["p99"] <= latency["max"] < 60_000
+    # 0 is a measurement: a pod bound while the unblocking call was still returning (cluster_ops.next_binding_after)
+    assert 0 <= latency["p50"] <= latency["p99"] <= latency["max"] < 60_000
     steady = summary["steady_state"]
     assert (steady["arrivals"], steady["rate"]) == (6, 2.0), steady
 
