@@ -23,7 +23,7 @@ import time
 import pytest
 
 from conformance import checks, objects
-from conformance.test_binding_conditions import CONDITIONS, FAILURE, ClaimHistory, _events, _results
+from conformance.test_binding_conditions import ClaimHistory, _events, _profile, _results
 from harness.core import schedulerprofiles
 from harness.k8s import wait
 
@@ -126,19 +126,7 @@ def test_binding_timeout_clears_the_allocation_and_schedules_the_pod_again(k8s, 
     profile = _short_profile(dra_cluster, "binding_timeout_seconds")
     timeout = profile.binding_timeout_seconds
     ns, node = dra_namespace, simulated_node
-    path = tmp_path / "never-attaches.yaml"
-    path.write_text(f"""apiVersion: dra-harness.x-k8s.io/v1alpha1
-kind: NodeProfile
-metadata: {{name: never-attaches}}
-spec:
-  numaNodes: [{{id: 0, cpus: "0-7", memory: 32Gi, pcieRoots: [pci0000:10]}}]
-  gpus:
-  - model: T4
-    count: 1
-    attach: [{{pcieRoot: pci0000:10}}]
-    binding: {{conditions: {CONDITIONS}, failureConditions: [{FAILURE}], attach: never}}
-""")
-    driver = fake_driver({node: str(path)})
+    driver = fake_driver({node: _profile(tmp_path, "never", 0)})  # binding conditions nobody sets
     k8s.resource.create_namespaced_resource_claim_template(
         ns, objects.claim_template("attached-gpu", f"{driver.config.instance}-gpu"))
     started = time.monotonic()
