@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance import checks, class_selectors, driver_checks, objects
+from conformance import checks, class_selectors, container_view, driver_checks, objects
 from fake_devices import faults, render
 from harness.config import capabilities
 from harness.k8s import wait
 from harness.k8s.nodes import SHELL_IMAGE
 from harness.pytest_plugin.plugin import vendor_driver
+from harness.sanity import rules
 
 
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
@@ -120,6 +121,7 @@ class KubeletTarget:
     driver: str
     device_class: str
     node: str
+    devices: int  # how many of the driver's devices on the node the class selects
 
 
 @dataclass
@@ -129,11 +131,16 @@ class KubeletTargets:
     command: list[str] | None
     pull_policy: str
     cdi_dirs: dict[str, Path]  # node -> its CDI spec directory, where known (the local backend's real node)
+    runtimes: dict[str, tuple[str, ...]]  # node -> argv that queries its container runtime, where reachable
 
 
 def _known_cdi_dirs(dra_cluster) -> dict[str, Path]:
     """The CDI directories of the real nodes the cluster record names (none on kind or your own cluster)."""
     return {node.name: node.cdi_dir for node in dra_cluster.real_nodes if node.cdi_dir is not None}
+
+
+def _known_runtimes(dra_cluster) -> dict[str, tuple[str, ...]]:
+    return {node.name: node.runtime_query for node in dra_cluster.real_nodes if node.runtime_query}
 
 
 def _cdi_specs_of(cdi_dir: Path | None, claim_uid: str) -> list[Path]:
@@ -162,7 +169,8 @@ def _pair_classes_with_drivers(k8s, vendor, kubelet_nodes: list[str]) -> tuple[l
             # a class that selects only this driver's devices cannot be allocated from another one
             here.sort(key=lambda sel: (sel.drivers() != {driver}, sel.name))
             if here:
-                targets.append(KubeletTarget(driver, here[0].name, node))
+                count = sum(1 for d, p, _ in here[0].selected if d == driver and (d, p) in pools)
+                targets.append(KubeletTarget(driver, here[0].name, node, count))
             else:
                 notes.append(f"no DeviceClass of the vendor file selects the devices of {driver} on {node}")
     return targets, notes
@@ -184,14 +192,17 @@ def kubelet_targets(request, k8s, cluster_facts, dra_namespace) -> KubeletTarget
                         f"run by a kubelet (kubelet nodes: {', '.join(cluster_facts.kubelet_nodes) or 'none'})"
                         + (f"; {'; '.join(notes)}" if notes else ""))
         # the default image exists only on the local real node, which never pulls
+        cluster = request.getfixturevalue("dra_cluster")
         return KubeletTargets(targets, vendor.test_image, None, "Never" if vendor.default_image else "IfNotPresent",
-                              _known_cdi_dirs(request.getfixturevalue("dra_cluster")))
+                              _known_cdi_dirs(cluster), _known_runtimes(cluster))
     real_node = request.getfixturevalue("real_node")
     fake = request.getfixturevalue("fake_driver")({real_node.name: "tiny"})
     real_node.run_for(fake)
-    return KubeletTargets([KubeletTarget(fake.drivers.gpu, f"{fake.config.instance}-gpu", real_node.name)],
+    cluster = request.getfixturevalue("dra_cluster")
+    return KubeletTargets([KubeletTarget(fake.drivers.gpu, f"{fake.config.instance}-gpu", real_node.name,
+                                         2)],  # tiny: two GPUs
                           SHELL_IMAGE, ["sh", "-c", "exec sleep 3600"], "Never",
-                          {real_node.name: real_node.cdi_dir})
+                          {real_node.name: real_node.cdi_dir}, _known_runtimes(cluster))
 
 
 @pytest.mark.needs_kubelet
@@ -251,6 +262,72 @@ def test_kubelet_prepares_and_unprepares_the_drivers_claims(k8s, dra_namespace, 
         assert not left, (f"{where}: NodeUnprepareResources left CDI spec(s) of claim {claim.metadata.name} "
                           f"(uid {claim.metadata.uid}) behind: {', '.join(map(str, left))} (written at prepare: "
                           f"{', '.join(p.name for p in written) or 'none'})")
+
+
+def _not_applicable(request, why: str):
+    request.node.user_properties.append(("dra_not_applicable", why))
+    pytest.skip(f"not applicable: {why}")
+
+
+@pytest.mark.needs_kubelet
+@pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
+def test_each_container_is_given_only_the_devices_of_its_request(request, k8s, dra_namespace, kubelet_targets):
+    """CT-CONTAINER-DEVICES (docs/contract.md): a pod of a claim with two requests, one container naming
+    each (`resources.claims[].request`), one naming the whole claim and one with no claim. The containers'
+    OCI specs, read from the node's container runtime after CDI injection, must hold the CDI edits of their
+    own request's device and none of the other's. Image-independent, so it holds for any driver."""
+    ns, checked, skipped = dra_namespace, 0, []
+    for i, target in enumerate(kubelet_targets.targets):
+        where = f"driver {target.driver} on node {target.node} (class {target.device_class})"
+        runtime, cdi_dir = kubelet_targets.runtimes.get(target.node), kubelet_targets.cdi_dirs.get(target.node)
+        if not runtime or cdi_dir is None:
+            skipped.append(f"{where}: the node's container runtime and CDI directory are out of this machine's reach")
+            continue
+        if target.devices < 2:
+            skipped.append(f"{where}: needs two devices the class selects on one node, the node has {target.devices}")
+            continue
+        pod = f"split-{i}"
+        k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(pod, requests=[
+            objects.request(target.device_class, name="first"), objects.request(target.device_class, name="second")]))
+        body = objects.pod_on_node(pod, target.node, kubelet_targets.image, command=kubelet_targets.command,
+                                   claim_template=pod, pull_policy=kubelet_targets.pull_policy)
+        template = body["spec"]["containers"][0]
+        body["spec"]["containers"] = [
+            {**template, "name": "c-first", "resources": {"claims": [{"name": "gpu", "request": "first"}]}},
+            {**template, "name": "c-second", "resources": {"claims": [{"name": "gpu", "request": "second"}]}},
+            {**template, "name": "c-whole", "resources": {"claims": [{"name": "gpu"}]}},
+            {key: value for key, value in {**template, "name": "c-none"}.items() if key != "resources"}]
+        k8s.core.create_namespaced_pod(ns, body)
+        checks.containers_running(k8s, ns, pod, timeout=120)
+        claim = checks.pod_claim(k8s, ns, pod)
+        results = {r.request: (r.pool, r.device) for r in claim.status.allocation.devices.results}
+        assert set(results) == {"first", "second"}, f"{where}: claim {claim.metadata.name} allocated {results}"
+        if results["first"] == results["second"]:  # one shareable device for both requests
+            skipped.append(f"{where}: both requests got device {'/'.join(results['first'])} (shared), nothing to "
+                           "keep apart")
+            continue
+        statuses = k8s.core.read_namespaced_pod(pod, ns).status.container_statuses or []
+        given = {s.name: container_view.container_items(runtime, s.container_id) for s in statuses}
+        cdi_devices = container_view.claim_cdi_devices(cdi_dir, claim.metadata.uid)
+        if not cdi_devices:
+            skipped.append(f"{where}: the driver wrote no CDI spec for claim {claim.metadata.name} in {cdi_dir}")
+            continue
+        problems, why_not = container_view.isolation_problems(where, claim.metadata.name, results, given,
+                                                              given["c-none"], cdi_devices)
+        if why_not:
+            skipped.append(why_not)
+            continue
+        whole = [c.qualified for c in cdi_devices if any(container_view.named_after(c, d) for _, d in results.values())
+                 and not container_view.given(c, given["c-whole"], given["c-none"])]
+        if whole:
+            problems.append(f"container c-whole names the whole claim but lacks CDI device(s) {', '.join(whole)}")
+        if problems:  # the message starts with the rule (no "AssertionError:" before it)
+            pytest.fail(rules.failure("CT-CONTAINER-DEVICES", f"{where}, claim {ns}/{claim.metadata.name}: "
+                                      + "; ".join(problems)), pytrace=False)
+        checked += 1
+        k8s.core.delete_namespaced_pod(pod, ns)
+    if not checked:
+        _not_applicable(request, "; ".join(skipped) or "no driver with devices on a kubelet node")
 
 
 @pytest.mark.dra_feature("DRAExtendedResource", maturity="ga")

@@ -26,6 +26,7 @@ DEFECTS = (
     ("any-node", "Prepare checks neither the claim's node nor that its devices are published here"),
     ("silent-health", "NodeWatchResources sends nothing, but keeps the stream open"),
     ("wrong-pool", "Prepare answers each device with pool '<pool>-x'"),
+    ("all-requests", "Prepare answers each device with no request names, so it goes to every container of the claim"),
 )
 DEFECT_NAMES = frozenset(name for name, _ in DEFECTS)
 

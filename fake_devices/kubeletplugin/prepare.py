@@ -115,7 +115,10 @@ class Preparer:
         allocated = [self._allocated_device(ref, result, configs) for result in results]
         spec, ids = cdi.build_spec(self.driver, ref, allocated)
         pool_suffix = "-x" if "wrong-pool" in self.defects else ""
-        devices = [PreparedDevice([base_request(d.request)], d.pool + pool_suffix, d.device, [cdi_id], d.share_id)
+        # empty request names: the device is "associated with all requests" (api.proto), so every container of
+        # the claim gets it (the all-requests defect)
+        devices = [PreparedDevice([] if "all-requests" in self.defects else [base_request(d.request)],
+                                  d.pool + pool_suffix, d.device, [cdi_id], d.share_id)
                    for d, cdi_id in zip(allocated, ids)]
         path = self.spec_path(ref.uid)
         try:

@@ -32,6 +32,9 @@ class RealNode:
     name: str
     cdi_dir: Path | None = None  # where its drivers write CDI specs, when this machine can read it
     logs: tuple[Path, ...] = ()  # its kubelet's and container runtime's logs, when on this machine
+    # argv that queries its container runtime from this machine (`ctr` on the local backend): what a
+    # container was really given (its OCI spec after CDI injection); empty where the runtime is out of reach
+    runtime_query: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,8 @@ class ClusterInfo:
                 "kubeconfig": str(self.kubeconfig), "server": self.server,
                 "directory": str(self.directory) if self.directory else None, "metrics": dict(self.metrics),
                 "realNodes": [{"name": n.name, "cdiDir": str(n.cdi_dir) if n.cdi_dir else None,
-                               "logs": [str(log) for log in n.logs]} for n in self.real_nodes],
+                               "logs": [str(log) for log in n.logs], "runtimeQuery": list(n.runtime_query)}
+                              for n in self.real_nodes],
                 "realNodesReason": self.real_nodes_reason, "logDir": str(self.log_dir) if self.log_dir else None,
                 "schedulerProfiles": [p.to_dict() for p in self.scheduler_profiles]}
 
@@ -63,7 +67,8 @@ class ClusterInfo:
 
         return cls(name=data["name"], backend=data["backend"], kubeconfig=Path(data["kubeconfig"]),
                    server=data["server"], directory=path(data.get("directory")), metrics=data.get("metrics") or {},
-                   real_nodes=tuple(RealNode(n["name"], path(n.get("cdiDir")), tuple(Path(p) for p in n.get("logs", [])))
+                   real_nodes=tuple(RealNode(n["name"], path(n.get("cdiDir")), tuple(Path(p) for p in n.get("logs", [])),
+                                             tuple(n.get("runtimeQuery") or ()))
                                     for n in data.get("realNodes") or []),
                    real_nodes_reason=data.get("realNodesReason") or "", log_dir=path(data.get("logDir")),
                    scheduler_profiles=tuple(SchedulerProfile.from_dict(p) for p in data.get("schedulerProfiles") or []))

@@ -30,7 +30,7 @@ class Rule:
     text: str  # the rule in one sentence
     sources: tuple[str, ...]  # module@version path: symbol (or a public issue that shows it matters)
     check: str  # the test function of conformance/sanity that enforces it
-    area: str  # registration | prepare | unprepare | restart | concurrency | health | slices
+    area: str  # registration | prepare | unprepare | restart | concurrency | health | slices | container
 
     def label(self) -> str:
         return f"{self.id} ({self.level})"
@@ -207,7 +207,25 @@ RULES: tuple[Rule, ...] = (
          "test_pools_are_never_incomplete_for_long", "slices"),
 )
 
-BY_ID = {rule.id: rule for rule in RULES}
+# Rules of the container side: they need a container runtime, so the suite checks them on a node run by a real
+# kubelet (conformance/, for the fake driver and in vendor mode), not `dra-harness sanity`. `check` is the
+# suite's test (file::function).
+SUITE_RULES: tuple[Rule, ...] = (
+    Rule("CT-CONTAINER-DEVICES", "MUST",
+         "A container that names one request of a claim (resources.claims[].request) is given the CDI devices of "
+         "that request's allocated devices and of no other request's: the plugin answers each device with its own "
+         "request's name (an empty list hands the device to every container of the claim) and CDI IDs that inject "
+         "that device only.",
+         (f"{API} core/v1/types.go: ResourceClaim.Request (\"otherwise only the result of this request\")",
+          f"{KUBELET_API} pkg/apis/dra/v1/api.proto: Device.request_names (\"If empty, the device is associated "
+          "with all requests\"), Device.cdi_device_ids",
+          f"{KUBELET} pkg/kubelet/cm/dra/claiminfo.go: ClaimInfo.cdiDevicesAsList (a container's CDI IDs per request)",
+          "NVIDIA aicr#1620 (a sibling container saw another container's device)"),
+         "conformance/test_driver_checks.py::test_each_container_is_given_only_the_devices_of_its_request",
+         "container"),
+)
+
+BY_ID = {rule.id: rule for rule in RULES + SUITE_RULES}
 BY_CHECK = {rule.check: rule for rule in RULES}
 
 
@@ -225,10 +243,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def markdown() -> str:
-    """The rules table of docs/contract.md (`python -m harness.sanity.rules` prints it)."""
+def markdown(table: tuple[Rule, ...] = RULES) -> str:
+    """A rules table of docs/contract.md (`python -m harness.sanity.rules` prints both)."""
     lines = ["| id | level | rule | source | check |", "|---|---|---|---|---|"]
-    for found in RULES:
+    for found in table:
         sources = "<br>".join(_cell(s) for s in found.sources)
         lines.append(f"| {found.id} | {found.level} | {_cell(found.text)} | {sources} | `{found.check}` |")
     return "\n".join(lines)
@@ -236,3 +254,5 @@ def markdown() -> str:
 
 if __name__ == "__main__":
     print(markdown())
+    print()
+    print(markdown(SUITE_RULES))

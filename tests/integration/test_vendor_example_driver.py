@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 from cli_runs import cli as _cli  # tests/integration/cli_runs.py
 
 from harness.core import files, paths
@@ -131,8 +132,30 @@ def test_the_guides_walkthrough_with_a_driver_that_is_not_the_example(real_node_
     by_name = {r["id"].rsplit("::", 1)[1]: r["outcome"] for r in results}
     for kubelet_check in ("test_kubelet_prepares_and_unprepares_the_drivers_claims",
                           "test_container_receives_the_cdi_edits_of_its_claim", "test_plugin_restart_keeps_prepared_claims",
-                          "test_plugin_health_reaches_allocated_resources_status"):
+                          "test_plugin_health_reaches_allocated_resources_status",
+                          "test_each_container_is_given_only_the_devices_of_its_request"):
         assert by_name.get(kubelet_check) == "passed", (kubelet_check, by_name.get(kubelet_check))
+
+
+def test_a_plugin_that_gives_every_container_every_device_fails_the_container_rule(real_node_cluster, tmp_path):
+    """CT-CONTAINER-DEVICES can fail: the fake driver's plugin with the all-requests defect (no request names,
+    so the kubelet hands each device to every container of the claim) fails it, naming the rule, the
+    container, the CDI device it should not have had and whose device that is."""
+    env, name, kubeconfig, log = real_node_cluster
+    data = yaml.safe_load(FAKE_VENDOR_FILE.read_text())
+    data["spec"]["kubeletPlugin"]["args"].append("--defect=all-requests")
+    data["spec"]["manifests"] = [str(FAKE_VENDOR_FILE.parent / m) for m in data["spec"]["manifests"]]
+    defective = tmp_path / "fake-driver-all-requests.yaml"
+    defective.write_text(yaml.safe_dump(data))
+    check = "test_each_container_is_given_only_the_devices_of_its_request"
+    run = _cli(["conformance", "run", "--backend", "existing", "--kubeconfig", str(kubeconfig), "-n", "1",
+                "--driver-config", str(defective), "--report-dir", str(tmp_path / "reports"), "--", "-k", check],
+               env, log, RUN_TIMEOUT)
+    results = {r["id"].rsplit("::", 1)[1]: r for r in json.loads((tmp_path / "reports" / "results.json").read_text())}
+    assert run.returncode == 1 and set(results) == {check}, log.read_text()[-3000:]
+    message = results[check]["message"]
+    assert results[check]["outcome"] == "failed" and "CT-CONTAINER-DEVICES (MUST): driver " in message, message
+    assert "container c-first names request 'first'" in message and "of request 'second': its device" in message, message
 
 
 def test_example_driver_in_vendor_mode(real_node_cluster, example_driver, tmp_path):
@@ -195,6 +218,8 @@ def test_example_driver_in_vendor_mode(real_node_cluster, example_driver, tmp_pa
     wiped = by_name["test_kubelet_wipes_the_slices_of_a_plugin_that_is_gone"]
     assert wiped["outcome"] == "passed", wiped
     print(f"the kubelet wiped the slices {wiped['properties'].get('dra_wiped_after_seconds')} s after the plugin died")
+    isolation = by_name["test_each_container_is_given_only_the_devices_of_its_request"]
+    assert isolation["outcome"] == "passed", isolation
     health = by_name["test_plugin_health_reaches_allocated_resources_status"]
     assert (health["outcome"], health["message"].split(" (")[0]) == (
         "not applicable", f"not applicable: {DRIVER} serves no DRAResourceHealth"), health

@@ -45,7 +45,8 @@ def test_the_spec_is_frozen():
 def test_the_cluster_record_round_trips(tmp_path):
     info = ClusterInfo(name="c", backend="local", kubeconfig=Path("/k/kubeconfig"), server="https://127.0.0.1:1",
                        directory=Path("/d"), metrics={"kube-scheduler": "https://127.0.0.1:2/metrics"},
-                       real_nodes=(RealNode("real-0", Path("/n/cdi"), (Path("/d/logs/kubelet-real-0.log"),)),),
+                       real_nodes=(RealNode("real-0", Path("/n/cdi"), (Path("/d/logs/kubelet-real-0.log"),),
+                                            ("/c/ctr", "--address=/n/containerd.sock")),),
                        real_nodes_reason="", log_dir=Path("/d/logs"),
                        scheduler_profiles=(SchedulerProfile("short", 1, None),))
     assert read_cluster(write_cluster(info, tmp_path / "cluster.json")) == info

@@ -459,7 +459,7 @@ def test_rolling_update_instances_get_their_own_socket_names(tmp_path):
 def test_defects_are_known_by_name():
     names = [name for name, _ in DEFECTS]
     assert names == ["stale-cdi", "keep-cdi", "unprepare-unknown-fails", "drop-claim", "any-node", "silent-health",
-                     "wrong-pool"]
+                     "wrong-pool", "all-requests"]
     args = plugin_main.parse_args(["--driver", DRIVER, "--node", NODE, "--defect", "keep-cdi", "--defect", "any-node"])
     assert args.defect == ["keep-cdi", "any-node"]
     assert plugin_main.parse_args(["--driver", DRIVER, "--node", NODE]).defect == []
@@ -522,6 +522,12 @@ def test_defect_wrong_pool_answers_another_pool(preparer_for):
     assert preparer.prepare([ref()])[UID].devices == [device]  # from the checkpoint: the same wrong answer
     env = json.loads(preparer.spec_path(UID).read_text())["devices"][0]["containerEdits"]["env"]
     assert f"DRA_GPU_0_0F1E2D3C_POOL={NODE}" in env  # only the answer to the kubelet is wrong
+
+
+def test_defect_all_requests_answers_no_request_names(preparer_for):
+    preparer = preparer_for(StubAPI(claim()), defects={"all-requests"})  # without it: ["gpu"] (see above)
+    (device,) = preparer.prepare([ref()])[UID].devices
+    assert (device.request_names, device.device_name) == ([], "gpu-0")  # "associated with all requests"
 
 
 def test_defect_silent_health_keeps_the_streams_open_and_empty(preparer_for):

@@ -264,3 +264,19 @@ def test_the_kubelet_side_reads_answers_and_call_errors(tmp_path):
         server.stop(0)
         socket.unlink(missing_ok=True)
         socket.parent.rmdir()
+
+
+def test_each_suite_rule_has_its_check_in_the_suite_and_its_row_in_the_docs():
+    """Container-side rules are checked by the suite on a real node: the named test exists, fails naming
+    its rule, and docs/contract.md has the table."""
+    assert rules.markdown(rules.SUITE_RULES) in CONTRACT.read_text()
+    for rule in rules.SUITE_RULES:
+        assert rule.id not in {r.id for r in rules.RULES}, rule.id
+        path, _, function = rule.check.partition("::")
+        source = (ROOT / path).read_text()
+        tree = ast.parse(source)
+        found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
+        assert found, f"{rule.id}: {rule.check} does not exist"
+        assert f'rules.failure("{rule.id}"' in ast.get_source_segment(source, found[0]), rule.id
+        for cited in rule.sources:
+            assert re.search(r"@v(0|1)\.37\.2 |#\d+ ", cited), (rule.id, cited)

@@ -19,8 +19,8 @@ from harness import binaries as binaries_mod
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus, RealNode
 from harness.backends.common import kept_or_removed_on_failure, known_gates
 from harness.backends.local import components, kubeconfig, nodes, pki, ports, process, state, supervisor
+from harness.backends.local.realnode import containerd, plugins, preflight, teardown
 from harness.backends.local.realnode import node as realnode
-from harness.backends.local.realnode import plugins, preflight, teardown
 from harness.binaries import noderuntime
 from harness.config import featuregates
 from harness.config.cluster import MAX_NODES, MAX_REAL_NODES
@@ -370,8 +370,11 @@ class LocalBackend(Backend):
 
     def _info(self, cluster: state.ClusterState) -> ClusterInfo:
         logs = cluster.directory / "logs"  # process.start: every component, real nodes' too, logs here
+        ctr = noderuntime.cache_dir() / "ctr"
         real_nodes = tuple(RealNode(node.name, cdi_dir=node.dirs.cdi,
-                                    logs=(logs / f"{node.kubelet_process}.log", logs / f"{node.containerd_process}.log"))
+                                    logs=(logs / f"{node.kubelet_process}.log", logs / f"{node.containerd_process}.log"),
+                                    runtime_query=(str(ctr), f"--address={node.dirs.containerd_socket}",
+                                                   f"--namespace={containerd.NAMESPACE}"))
                            for node in records(cluster.data))
         return ClusterInfo(name=cluster.name, backend=self.name, kubeconfig=cluster.kubeconfig,
                            server=f"https://127.0.0.1:{cluster.ports['kube-apiserver']}",
