@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import threading
 import time
 from typing import Any
@@ -159,6 +160,34 @@ def rule_condition(k8s: Clients, rule: str, reason: str, timeout: float = 30):
                       diagnostics=observed)
 
 
+def taint_eviction_caught_up(k8s: Clients, namespace: str, timeout: float = 30) -> None:
+    """Wait until kube-controller-manager's device taint eviction controller has handled every
+    DeviceTaintRule change made before this call (call it after deleting a NoExecute rule and before a
+    pod may be allocated the device it tainted).
+
+    Why: the scheduler and the eviction controller act on caches of their own, and the controller
+    follows rules and claims through separate informers with no order between them
+    (pkg/controller/devicetainteviction/device_taint_eviction.go, v1.37.2: one event handler per
+    informer; the decision to evict is read from the cache, not checked against the API). A pod
+    allocated a device right after its NoExecute rule was deleted is evicted by a controller that sees
+    the allocation before the deletion (seen in CI: "DeviceTaintManagerEviction: Marking for deletion"
+    on the pod that recovery let in; the node-taint twin is kubernetes/kubernetes#119862).
+
+    How: the controller handles one informer's events in order and writes the status of each new rule
+    at once, so when a rule created now (effect None, selecting no device: harmless to everyone) has
+    its EvictionInProgress condition, every earlier rule deletion has been seen. The rule is deleted
+    again before returning."""
+    name = f"{namespace}-seen-{secrets.token_hex(3)}"[:63]
+    k8s.resource.create_device_taint_rule({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": {"name": name},
+        "spec": {"deviceSelector": {"driver": f"{name}.no-such-driver.invalid"},
+                 "taint": {"key": "dra-harness.x-k8s.io/barrier", "value": "true", "effect": "None"}}})
+    try:
+        rule_condition(k8s, name, "NoEffect", timeout)
+    finally:
+        wait.ignore_not_found(k8s.resource.delete_device_taint_rule, name)
+
+
 def disruption_target(pod):
     """The pod's DisruptionTarget=True condition, if any."""
     for c in (pod.status.conditions or []) if pod.status else []:
@@ -287,6 +316,13 @@ def scheduler_caught_up(k8s: Clients, namespace: str, name: str = "witness", tim
     """
     k8s.core.create_namespaced_pod(namespace, objects.pod(name, [objects.container("main")]))
     return running(k8s, namespace, name, timeout)
+
+
+def pod_gone(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> None:
+    """Wait until `pod` no longer exists (its deletion done, finalizers and all)."""
+    wait.until(f"pod {namespace}/{pod} to be gone",
+               lambda: pod not in {p.metadata.name for p in k8s.core.list_namespaced_pod(namespace).items}, timeout,
+               diagnostics=lambda: wait.describe_namespace(k8s, namespace))
 
 
 def unbound(k8s: Clients, namespace: str, *pods: str) -> None:

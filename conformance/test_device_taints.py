@@ -242,10 +242,15 @@ def test_rule_no_execute_evicts_only_pods_on_the_selected_device(k8s, dra_namesp
         history.gone("a", timeout=60)
         checks.untouched(k8s, history, ns, "b")
 
-    # NoExecute also keeps the device from new allocations; deleting the rule gives it back.
-    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("a-again", "one")))
-    checks.unschedulable(k8s, ns, "a-again")
+    # NoExecute also keeps the device from new allocations; deleting the rule gives it back (to a pod that
+    # asks once the eviction controller has seen the deletion: checks.taint_eviction_caught_up says why).
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("waiting", "one")))
+    checks.unschedulable(k8s, ns, "waiting")
+    k8s.core.delete_namespaced_pod("waiting", ns)
+    checks.pod_gone(k8s, ns, "waiting")
     k8s.resource.delete_device_taint_rule(rule.metadata.name)
+    checks.taint_eviction_caught_up(k8s, ns)
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("a-again", "one")))
     checks.running(k8s, ns, "a-again", timeout=90)
     assert _device(k8s, ns, "a-again") == (device_pool, device_a)
     assert device_b != device_a

@@ -179,10 +179,17 @@ def test_failed_device_gets_a_no_execute_rule_that_evicts_only_its_pod(k8s, dra_
     _no_slice_taints(k8s, health)
 
     # While the rule stands the device takes no new pod; recovery deletes the rule and gives it back.
-    k8s.core.create_namespaced_pod(ns, health.pod("after", "any-gpu"))
-    checks.unschedulable(k8s, ns, "after")
+    # The pod that waited leaves before recovery and a new one asks once the eviction controller has seen
+    # the rule go: a pod let in the moment the rule is deleted can be evicted by the controller's stale
+    # cache (upstream race, checks.taint_eviction_caught_up), which would say nothing about the monitor.
+    k8s.core.create_namespaced_pod(ns, health.pod("waiting", "any-gpu"))
+    checks.unschedulable(k8s, ns, "waiting")
+    k8s.core.delete_namespaced_pod("waiting", ns)
+    checks.pod_gone(k8s, ns, "waiting")
     health.monitor.recover(target)
     released(k8s, health.monitor)
+    checks.taint_eviction_caught_up(k8s, ns)
+    k8s.core.create_namespaced_pod(ns, health.pod("after", "any-gpu"))
     checks.running(k8s, ns, "after")
     assert _device(k8s, ns, "after") == target.device
 
@@ -212,8 +219,7 @@ def test_degraded_device_gets_a_no_schedule_rule_and_its_pod_keeps_running(k8s, 
 
     # The resident leaves: its device is free but still degraded, so the third pod keeps waiting ...
     k8s.core.delete_namespaced_pod("resident", ns)
-    wait.until("pod resident to be gone", lambda: "resident" not in {
-        p.metadata.name for p in k8s.core.list_namespaced_pod(ns).items}, 60)
+    checks.pod_gone(k8s, ns, "resident")
     checks.scheduler_caught_up(k8s, ns)
     assert checks.pod_claim(k8s, ns, "third").status.allocation is None
     # ... until the device recovers.
