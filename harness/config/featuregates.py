@@ -28,6 +28,7 @@ class GateInfo:
     default: bool
     locked: bool = False
     needs: tuple[str, ...] = ()
+    tested_by: str = ""  # where its tests live when not in the conformance suite (e.g. the load scenarios)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def load_matrix(kubernetes_version: str) -> Matrix:
                                    ", ".join(known))])
     raw = yaml.safe_load(path.read_text())
     gates = {name: GateInfo(stage=info["stage"], default=bool(info["default"]), locked=bool(info.get("locked")),
-                            needs=tuple(info.get("needs", ())))
+                            needs=tuple(info.get("needs", ())), tested_by=str(info.get("testedBy") or ""))
              for name, info in raw["gates"].items()}
     gate_list = gate_list_path(kubernetes_version)
     all_gates = frozenset(line.strip() for line in gate_list.read_text().splitlines()

@@ -109,7 +109,8 @@ STAGE_ORDER = {"GA": 0, "beta": 1, "alpha": 2}
 
 def gate_coverage(results: list[dict], cluster: dict | None) -> list[dict]:
     """One row per DRA-related gate of the cluster's Kubernetes version (clusters/feature-gates/): its
-    stage, whether the cluster runs with it, and the tests marked with it; "no test" where there is none.
+    stage, whether the cluster runs with it, and the tests marked with it; "no test" where there is none,
+    "tested by ..." where the gate's matrix entry names tests outside the suite (`testedBy`).
     Empty when the version is unknown or has no gate matrix."""
     version = str((cluster or {}).get("version") or "")
     try:
@@ -125,7 +126,8 @@ def gate_coverage(results: list[dict], cluster: dict | None) -> list[dict]:
                   if gate in ((r.get("properties") or {}).get("dra_features")
                               or [(r.get("properties") or {}).get("dra_feature")])]
         outcomes = {k: sum(1 for r in marked if r["outcome"] == k) for k in OUTCOMES}
-        status = ("no test" if not marked else "FAIL" if outcomes["failed"] else "pass" if outcomes["passed"]
+        status = ((f"tested by {info.tested_by}" if info.tested_by else "no test") if not marked
+                  else "FAIL" if outcomes["failed"] else "pass" if outcomes["passed"]
                   else "xfail" if outcomes["xfailed"] else "not run")
         rows.append({"gate": gate, "stage": info.stage, "on": running.get(gate), "tests": len(marked),
                      "passed": outcomes["passed"], "failed": outcomes["failed"], "status": status})
@@ -234,7 +236,7 @@ def markdown(data: dict) -> str:
     if data.get("gates"):
         lines += ["", "## Feature gates", "",
                   "Every DRA-related gate of the cluster's Kubernetes version, with the tests marked with it "
-                  "(`no test`: the suite has none yet).", "",
+                  "(`no test`: the suite has none yet; `tested by`: its tests are outside the suite).", "",
                   "| gate | stage | on in this cluster | tests | passed | failed | result |", "|---|---|---|---|---|---|---|"]
         for gate in data["gates"]:
             on = {True: "yes", False: "no"}.get(gate["on"], "unknown")
@@ -298,7 +300,7 @@ backend {esc(str(run.get('backend', '?')))}, driver under test: {esc(str(run.get
 <table><tr><th>feature</th><th>maturity</th><th>result</th><th>passed (on the driver under test)</th><th>failed</th>
 <th>xfailed</th><th>n/a</th><th>skipped</th></tr>{''.join(rows)}</table>
 <h2>Feature gates</h2><p>Every DRA-related gate of the cluster's version with the tests marked with it
-(<i>no test</i>: the suite has none yet).</p>
+(<i>no test</i>: the suite has none yet; <i>tested by</i>: its tests are outside the suite).</p>
 <table><tr><th>gate</th><th>stage</th><th>on in this cluster</th><th>tests</th><th>passed</th><th>failed</th>
 <th>result</th></tr>{gates}</table>
 <h2>Passed without a device of the driver under test</h2><table><tr><th>test</th><th>feature</th><th>devices of</th></tr>

@@ -127,6 +127,8 @@ def test_every_gate_of_the_version_has_a_row_and_gates_without_tests_say_no_test
     assert "| DRADerivedAttributes | alpha | yes | 0 | 0 | 0 | no test |" in text
     assert "| DRAListTypeAttributes | alpha | no | 0 | 0 | 0 | no test |" in text
     assert "no test" in report.to_html(data)
+    # a gate whose tests are outside the suite says where, not "no test"
+    assert gates["SchedulerPreQueueingHints"]["status"] == "tested by the load scenarios (docs/load.md)"
 
 
 def test_no_gate_rows_without_a_known_version():
