@@ -4,6 +4,8 @@ harness can stop and start on a node run by a real kubelet:
 - a plugin that crashes and starts again keeps the claims the kubelet prepared through it: the pod
   keeps running (same container, no restart), the claim stays prepared (the kubelet's count, the CDI
   spec the plugin wrote), deleting the pod then unprepares cleanly, and new claims are prepared;
+- after a node reboot (every process killed, the CDI directory emptied, checkpoints kept) the kubelet
+  asks the plugin to prepare the claim again and the pod comes back with its devices (KP-RESTART-CDI);
 - once a plugin is gone for good, the kubelet deletes that driver's ResourceSlices on its node (after
   its wiping delay, 30 s in 1.37) and no other slice of the node; the plugin, started again,
   publishes them anew.
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,12 +31,15 @@ from conformance import checks, objects, under_test
 from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.pytest_plugin.plugin import vendor_driver
+from harness.sanity import rules
 
 pytestmark = [pytest.mark.needs_kubelet, pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")]
 
 WIPING_DELAY = 30  # the kubelet's delay before it deletes the slices of a plugin that is gone (1.37)
 WIPE_TIMEOUT = WIPING_DELAY + 90  # a loaded two-core machine
 POD_TIMEOUT = 120
+REBOOT_TIMEOUT = 180  # kubelet back, sandbox and container made anew, Prepare retried with the kubelet's backoff
+CDI_REFUSED_FOR = 60  # a container refused for unresolvable CDI devices this long stays so (kubelet retries: 10 s, 20 s, ...)
 
 
 @dataclass
@@ -45,6 +51,7 @@ class PluginUnderTest:
     pool: under_test.DevicePool | None
     cdi_dir: Path | None
     crash_and_restart: Callable[[], None]
+    reboot_node: Callable[[], None]  # the node power-cycled, the plugin killed with it and started after
     log: Path | None = None
 
     def describe(self) -> str:
@@ -69,7 +76,8 @@ def plugin_under_test(request, k8s: Clients, dra_cluster) -> PluginUnderTest:
                        request.getfixturevalue("unique_name"))
         pool = under_test.fake_pool(k8s, request.getfixturevalue("fake_driver"), "", 1, make, real_node=real_node)
         return PluginUnderTest(pool.driver, pool.node, pool, real_node.cdi_dir,
-                               lambda: real_node.restart(pool.driver, kill=True), real_node.log(pool.driver))
+                               lambda: real_node.restart(pool.driver, kill=True), real_node.reboot,
+                               real_node.log(pool.driver))
     request.getfixturevalue("vendor_plugins")  # before a device is taken: skip at once without spec.kubeletPlugin
     pool = request.getfixturevalue("devices_under_test")(1)
     if not pool.kubelet:
@@ -77,7 +85,7 @@ def plugin_under_test(request, k8s: Clients, dra_cluster) -> PluginUnderTest:
                     "of it prepares claims there")
     plugin = _vendor_plugin_on(request, (pool.driver,), pool.node)
     return PluginUnderTest(pool.driver, pool.node, pool, under_test.known_cdi_dir(dra_cluster, pool.node),
-                           lambda: plugin.restart(kill=True), plugin.log)
+                           lambda: plugin.restart(kill=True), plugin.reboot_node, plugin.log)
 
 
 def _pod_gone(k8s: Clients, ns: str, pod: str, where: str) -> None:
@@ -131,6 +139,81 @@ def test_plugin_restart_keeps_prepared_claims(k8s: Clients, dra_namespace, plugi
             pytest.fail(f"{where}: after the plugin restart, NodeUnprepareResources left CDI spec(s) behind: "
                         f"{', '.join(map(str, left))}", pytrace=False)
     # ... and prepares a new claim.
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("newcomer", "one")))
+    checks.containers_running(k8s, ns, "newcomer", timeout=POD_TIMEOUT)
+
+
+def test_pod_comes_back_with_its_devices_after_a_node_reboot(k8s: Clients, dra_namespace, plugin_under_test):
+    """KP-RESTART-CDI (docs/contract.md) through a real kubelet. The node reboots while a pod's claim is
+    prepared: every process of the node is killed, the plugin's with them, and the tmpfs places are
+    emptied, the CDI directory among them; disks stay (the kubelet's and the plugin's checkpoints). The
+    kubelet, back, makes the pod's sandbox and container anew and asks the plugin to prepare the claim
+    again; the plugin must make every CDI device it answers resolve again, so the pod runs with a new
+    container. A plugin that answers from its checkpoint without writing the claim's CDI spec again leaves
+    the pod in CreateContainerError (kubernetes/kubernetes#141433)."""
+    ns, plugin = dra_namespace, plugin_under_test
+    pool = plugin.pool
+    assert pool is not None
+    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("one"))
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("rebooted", "one")))
+    checks.containers_running(k8s, ns, "rebooted", timeout=POD_TIMEOUT)
+    claim = checks.pod_claim(k8s, ns, "rebooted")
+    (result,) = claim.status.allocation.devices.results
+    where = (f"{plugin.describe()}, claim {ns}/{claim.metadata.name} (uid {claim.metadata.uid}), device "
+             f"{result.driver}/{result.pool}/{result.device}")
+    before = k8s.core.read_namespaced_pod("rebooted", ns).status.container_statuses[0]
+    specs_before = under_test.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid) if plugin.cdi_dir else []
+
+    plugin.reboot_node()
+
+    def container():
+        statuses = k8s.core.read_namespaced_pod("rebooted", ns).status.container_statuses or []
+        return statuses[0] if statuses else None
+
+    refused: dict[str, Any] = {}  # CDI refusals seen: when the first was, what the last said
+
+    def back():
+        now = container()
+        if now is not None and now.state.running and now.container_id != before.container_id:
+            return now
+        waiting = now.state.waiting if now is not None and now.state else None
+        if waiting is not None and waiting.reason == "CreateContainerError" and "CDI" in (waiting.message or ""):
+            refused.setdefault("since", time.monotonic())
+            refused["message"] = waiting.message
+        # containerd's CDI cache may lag a spec written a moment ago, and the kubelet's next try then succeeds;
+        # refused for this long (the kubelet retries after 10 s, 20 s, ...; CrashLoopBackOff between) it stays so
+        return "refused" if refused and time.monotonic() - refused["since"] > CDI_REFUSED_FOR else None
+
+    try:
+        outcome = wait.until(f"pod {ns}/rebooted to run a new container after the reboot of {plugin.node}", back,
+                             REBOOT_TIMEOUT)
+    except wait.WaitTimeout:
+        outcome = "refused" if refused else None
+    if outcome is None or outcome == "refused":
+        now = container()
+        waiting = now.state.waiting if now is not None and now.state else None
+        state = f"{waiting.reason}: {waiting.message}" if waiting else f"container status {now}"
+        if refused:
+            state = f"CreateContainerError: {refused['message']}; now {state}"
+        left = sorted(p.name for p in plugin.cdi_dir.iterdir()) if plugin.cdi_dir and plugin.cdi_dir.is_dir() else []
+        what = (f"{where}: after the node rebooted the pod's container does not run ({state}); the node's CDI "
+                f"directory holds {left or 'nothing'}\n{wait.describe_namespace(k8s, ns)}")
+        if outcome == "refused":
+            pytest.fail(rules.failure("KP-RESTART-CDI", what), pytrace=False)
+        pytest.fail(what, pytrace=False)
+    metrics = checks.kubelet_dra_metrics(k8s, plugin.node, plugin.driver)  # the new kubelet's counts only
+    assert metrics.get("NodePrepareResources/OK", 0) >= 1, (
+        f"{where}: the kubelet that came back made no successful NodePrepareResources call to the driver: {metrics}")
+    if specs_before:
+        assert under_test.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid), (
+            f"{where}: the pod runs, but no CDI spec of the claim is back in {plugin.cdi_dir}")
+    claim = k8s.resource.read_namespaced_resource_claim(claim.metadata.name, ns)
+    assert [(r.driver, r.pool, r.device) for r in claim.status.allocation.devices.results] == [
+        (result.driver, result.pool, result.device)], f"{where}: the claim's allocation changed across the reboot"
+
+    # Unprepare still works after it (the pod goes), and the plugin prepares a new claim.
+    k8s.core.delete_namespaced_pod("rebooted", ns)
+    _pod_gone(k8s, ns, "rebooted", where)
     k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("newcomer", "one")))
     checks.containers_running(k8s, ns, "newcomer", timeout=POD_TIMEOUT)
 

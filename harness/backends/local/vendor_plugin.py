@@ -25,6 +25,8 @@ from kubernetes.client import V1DeleteOptions
 from kubernetes.client.rest import ApiException
 
 from harness.backends.local import process, state
+from harness.backends.local.realnode import plugins
+from harness.backends.local.realnode.reboot import reboot as reboot_node
 from harness.backends.local.state import ClusterState
 from harness.config.vendor import Manifest, VendorDriver
 from harness.core.errors import ComponentError, ConfigError, HarnessError, Problem
@@ -167,6 +169,19 @@ class VendorPlugin:
         """Stop it (by default a crash: SIGKILL, state only in its checkpoint) and start it again."""
         self.stop(kill=kill)
         self.start(timeout)
+
+    def reboot_node(self, timeout: float = READY_TIMEOUT) -> None:
+        """Reboot its node (realnode.reboot) once no other test uses the node: the plugin dies with it
+        (SIGKILL) and starts again once the kubelet is back."""
+        cluster = state.find_by_kubeconfig(self.kubeconfig)
+        found = [r for r in records(cluster.data) if r.name == self.node] if cluster is not None else []
+        if not found:
+            raise HarnessError(f"cannot reboot node {self.node}: it is no real node of a local cluster reached "
+                               f"through {self.kubeconfig}")
+        with plugins.sole_user(found[0]):
+            self.stop(kill=True)
+            reboot_node(self.cluster_dir, found[0])
+            self.start(timeout)
 
     def to_dict(self) -> dict:
         return {"clusterDir": str(self.cluster_dir), "node": self.node, "argv": self.argv, "env": self.env,

@@ -109,7 +109,7 @@ def _start_one(cluster, layout, spec: RealNodeSpec, record: RealNodeRecord, runt
     with reporter.step(f"{spec.name}: starting containerd"):
         running = process.start(record.containerd_process, containerd.argv(dirs, runtime), cluster.directory,
                                 containerd.env(runtime))
-        _wait(lambda: dirs.containerd_socket.exists() and _ctr_answers(dirs, runtime), running, CONTAINERD_TIMEOUT,
+        wait_ready(lambda: dirs.containerd_socket.exists() and _ctr_answers(dirs, runtime), running, CONTAINERD_TIMEOUT,
               "containerd socket")
     with reporter.step(f"{spec.name}: importing images ({images.PAUSE_IMAGE}, {images.SHELL_IMAGE})"):
         if archives is None:
@@ -123,7 +123,7 @@ def _start_one(cluster, layout, spec: RealNodeSpec, record: RealNodeRecord, runt
         argv = kubelet.argv(str(layout.binaries.path("kubelet")), record, str(layout.kubeconfig(client)), labels,
                             gate_flags, layout.verbosity)
         running = process.start(record.kubelet_process, argv, cluster.directory)
-        _wait(lambda: _healthy(kubelet.health_url(record)), running, KUBELET_TIMEOUT, kubelet.health_url(record))
+        wait_ready(lambda: healthy(kubelet.health_url(record)), running, KUBELET_TIMEOUT, kubelet.health_url(record))
     return archives
 
 
@@ -135,7 +135,7 @@ def _ctr_answers(dirs, runtime) -> bool:
         return False
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return response.status == 200
@@ -143,12 +143,13 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def _wait(ready, running: process.Running, timeout: float, what: str) -> None:
+def wait_ready(ready, running: process.Running, timeout: float, what: str, during: str = "start") -> None:
+    """Poll `ready` until true; a ComponentError with the log tail if `running` exits or the time runs out."""
     deadline = time.monotonic() + timeout
     while not ready():
         if not process.alive(running):
             code = process.exit_code(running)
-            raise ComponentError(running.name, f"exited during start{'' if code is None else f' with code {code}'}",
+            raise ComponentError(running.name, f"exited during {during}{'' if code is None else f' with code {code}'}",
                                  log_file=running.log, log_tail=process.tail(running.log))
         if time.monotonic() > deadline:
             raise ComponentError(running.name, f"not ready after {timeout:.0f}s ({what})", log_file=running.log,
@@ -177,5 +178,5 @@ def restart_kubelet(cluster_dir, record: RealNodeRecord, timeout: float = KUBELE
         if stuck:  # still the old one: starting a second kubelet beside it would be worse
             raise HarnessError(f"the kubelet of {record.name} (pid {running.pid}) survived SIGKILL")
     started = process.start(record.kubelet_process, argv, cluster_dir)
-    _wait(lambda: _healthy(kubelet.health_url(record)), started, timeout, kubelet.health_url(record))
+    wait_ready(lambda: healthy(kubelet.health_url(record)), started, timeout, kubelet.health_url(record))
     return started

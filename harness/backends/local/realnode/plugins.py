@@ -11,6 +11,8 @@ from __future__ import annotations
 import fcntl
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -18,6 +20,7 @@ import psutil
 
 from harness.backends.local import process
 from harness.backends.local.realnode import node
+from harness.backends.local.realnode.reboot import reboot as reboot_node
 from harness.core.errors import ComponentError
 from harness.core.nodelayout import RealNodeRecord
 
@@ -112,7 +115,7 @@ class NodePlugins:
 
     def _hold_node(self) -> IO[str]:
         if self._users_lock is None:
-            handle = open(self.node.dirs.base / "users.lock", "a")
+            handle = open(users_lock(self.node), "a")
             _flock(handle, fcntl.LOCK_SH, EXCLUSIVE_TIMEOUT, f"a kubelet restart on {self.node.name} to finish")
             self._users_lock = handle
         return self._users_lock
@@ -168,6 +171,21 @@ class NodePlugins:
         finally:
             fcntl.flock(handle, fcntl.LOCK_SH)  # back to an ordinary user
 
+    def reboot(self, wait_for_others: float = EXCLUSIVE_TIMEOUT) -> None:
+        """Reboot the node (reboot.reboot): its plugins of this user die with it (SIGKILL) and start again
+        once the kubelet is back. Waits until no other user of the node runs plugins there, and keeps new
+        ones out meanwhile, as a kubelet restart does."""
+        handle = self._hold_node()
+        _flock(handle, fcntl.LOCK_EX, wait_for_others, f"the other tests using {self.node.name} to finish")
+        try:
+            for driver in self._started:
+                stop(self.cluster_dir, self.node, driver, kill=True)
+            reboot_node(self.cluster_dir, self.node)
+            for driver, (instance, namespace) in self._started.items():
+                start(self.cluster_dir, self.node, driver, self.kubeconfig, instance, namespace)
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_SH)  # back to an ordinary user
+
     def cdi_specs(self, driver: str | None = None) -> list[Path]:
         prefix = f"{driver}-" if driver else ""
         return sorted(p for p in self.cdi_dir.glob(f"{prefix}*.json"))
@@ -183,6 +201,20 @@ class NodePlugins:
             if self._users_lock is not None:
                 self._users_lock.close()  # releases the lock
                 self._users_lock = None
+
+
+def users_lock(record: RealNodeRecord) -> Path:
+    """The node's lock file: shared by every user running plugins there, exclusive for a kubelet restart or
+    a reboot."""
+    return record.dirs.base / "users.lock"
+
+
+@contextmanager
+def sole_user(record: RealNodeRecord, wait_for_others: float = EXCLUSIVE_TIMEOUT) -> Iterator[None]:
+    """The node to oneself, for a caller that holds no share of it (a vendor's plugin the run started)."""
+    with open(users_lock(record), "a") as handle:
+        _flock(handle, fcntl.LOCK_EX, wait_for_others, f"the other tests using {record.name} to finish")
+        yield
 
 
 def _flock(handle: IO[str], operation: int, timeout: float, what: str) -> None:
