@@ -94,17 +94,24 @@ def _pod_gone(k8s: Clients, ns: str, pod: str, where: str) -> None:
                diagnostics=lambda: wait.describe_namespace(k8s, ns))
 
 
-def test_plugin_restart_keeps_prepared_claims(k8s: Clients, dra_namespace, plugin_under_test):
-    ns, plugin = dra_namespace, plugin_under_test
+def _running_with_a_claim(k8s: Clients, ns: str, plugin: PluginUnderTest, pod: str):
+    """A pod with a claim of one device of the plugin's pool, running: (the pool, its claim, the allocated
+    device, a description naming plugin, claim and device for failures)."""
     pool = plugin.pool
     assert pool is not None
     k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("one"))
-    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("survivor", "one")))
-    checks.containers_running(k8s, ns, "survivor", timeout=POD_TIMEOUT)
-    claim = checks.pod_claim(k8s, ns, "survivor")
+    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim(pod, "one")))
+    checks.containers_running(k8s, ns, pod, timeout=POD_TIMEOUT)
+    claim = checks.pod_claim(k8s, ns, pod)
     (result,) = claim.status.allocation.devices.results
     where = (f"{plugin.describe()}, claim {ns}/{claim.metadata.name} (uid {claim.metadata.uid}), device "
              f"{result.driver}/{result.pool}/{result.device}")
+    return pool, claim, result, where
+
+
+def test_plugin_restart_keeps_prepared_claims(k8s: Clients, dra_namespace, plugin_under_test):
+    ns, plugin = dra_namespace, plugin_under_test
+    pool, claim, result, where = _running_with_a_claim(k8s, ns, plugin, "survivor")
     assert (result.driver, result.pool, result.device) == (pool.driver, pool.pool, pool.names[0]), where
     container_before = k8s.core.read_namespaced_pod("survivor", ns).status.container_statuses[0]
     prepared = checks.kubelet_dra_metrics(k8s, plugin.node, plugin.driver)["in_use"]
@@ -152,15 +159,7 @@ def test_pod_comes_back_with_its_devices_after_a_node_reboot(k8s: Clients, dra_n
     container. A plugin that answers from its checkpoint without writing the claim's CDI spec again leaves
     the pod in CreateContainerError (kubernetes/kubernetes#141433)."""
     ns, plugin = dra_namespace, plugin_under_test
-    pool = plugin.pool
-    assert pool is not None
-    k8s.resource.create_namespaced_resource_claim_template(ns, pool.template("one"))
-    k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("rebooted", "one")))
-    checks.containers_running(k8s, ns, "rebooted", timeout=POD_TIMEOUT)
-    claim = checks.pod_claim(k8s, ns, "rebooted")
-    (result,) = claim.status.allocation.devices.results
-    where = (f"{plugin.describe()}, claim {ns}/{claim.metadata.name} (uid {claim.metadata.uid}), device "
-             f"{result.driver}/{result.pool}/{result.device}")
+    pool, claim, result, where = _running_with_a_claim(k8s, ns, plugin, "rebooted")
     before = k8s.core.read_namespaced_pod("rebooted", ns).status.container_statuses[0]
     specs_before = under_test.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid) if plugin.cdi_dir else []
 

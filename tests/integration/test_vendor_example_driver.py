@@ -150,24 +150,31 @@ def test_the_guides_walkthrough_with_a_driver_that_is_not_the_example(real_node_
         assert by_name.get(kubelet_check) == "passed", (kubelet_check, by_name.get(kubelet_check))
 
 
-def test_a_plugin_that_gives_every_container_every_device_fails_the_container_rule(real_node_cluster, tmp_path):
-    """CT-CONTAINER-DEVICES can fail: the fake driver's plugin with the all-requests defect (no request names,
-    so the kubelet hands each device to every container of the claim) fails it, naming the rule, the
-    container, the CDI device it should not have had and whose device that is."""
+def _fails_with_defect(real_node_cluster, tmp_path: Path, defect: str, check: str) -> str:
+    """Run only `check` in vendor mode against the fake driver's plugin with `--defect=<defect>`; it must be the
+    run's one test and fail: its message."""
     env, name, kubeconfig, log = real_node_cluster
     data = yaml.safe_load(FAKE_VENDOR_FILE.read_text())
-    data["spec"]["kubeletPlugin"]["args"].append("--defect=all-requests")
+    data["spec"]["kubeletPlugin"]["args"].append(f"--defect={defect}")
     data["spec"]["manifests"] = [str(FAKE_VENDOR_FILE.parent / m) for m in data["spec"]["manifests"]]
-    defective = tmp_path / "fake-driver-all-requests.yaml"
+    defective = tmp_path / f"fake-driver-{defect}.yaml"
     defective.write_text(yaml.safe_dump(data))
-    check = "test_each_container_is_given_only_the_devices_of_its_request"
     run = _cli(["conformance", "run", "--backend", "existing", "--kubeconfig", str(kubeconfig), "-n", "1",
                 "--driver-config", str(defective), "--report-dir", str(tmp_path / "reports"), "--", "-k", check],
                env, log, RUN_TIMEOUT)
     results = {r["id"].rsplit("::", 1)[1]: r for r in json.loads((tmp_path / "reports" / "results.json").read_text())}
     assert run.returncode == 1 and set(results) == {check}, log.read_text()[-3000:]
-    message = results[check]["message"]
-    assert results[check]["outcome"] == "failed" and "CT-CONTAINER-DEVICES (MUST): driver " in message, message
+    assert results[check]["outcome"] == "failed", results[check]
+    return results[check]["message"]
+
+
+def test_a_plugin_that_gives_every_container_every_device_fails_the_container_rule(real_node_cluster, tmp_path):
+    """CT-CONTAINER-DEVICES can fail: the fake driver's plugin with the all-requests defect (no request names,
+    so the kubelet hands each device to every container of the claim) fails it, naming the rule, the
+    container, the CDI device it should not have had and whose device that is."""
+    message = _fails_with_defect(real_node_cluster, tmp_path, "all-requests",
+                                 "test_each_container_is_given_only_the_devices_of_its_request")
+    assert "CT-CONTAINER-DEVICES (MUST): driver " in message, message
     assert "container c-first names request 'first'" in message and "of request 'second': its device" in message, message
 
 
@@ -175,20 +182,9 @@ def test_a_plugin_that_does_not_write_cdi_again_after_a_reboot_fails_kp_restart_
     """KP-RESTART-CDI in the suite can fail: the fake driver's plugin with the stale-cdi defect (a Prepare of a
     checkpointed claim answers without writing its CDI spec again, the kubernetes#141433 class) leaves the pod
     in CreateContainerError after the node reboots, and the failure names the rule, the driver and the claim."""
-    env, name, kubeconfig, log = real_node_cluster
-    data = yaml.safe_load(FAKE_VENDOR_FILE.read_text())
-    data["spec"]["kubeletPlugin"]["args"].append("--defect=stale-cdi")
-    data["spec"]["manifests"] = [str(FAKE_VENDOR_FILE.parent / m) for m in data["spec"]["manifests"]]
-    defective = tmp_path / "fake-driver-stale-cdi.yaml"
-    defective.write_text(yaml.safe_dump(data))
-    check = "test_pod_comes_back_with_its_devices_after_a_node_reboot"
-    run = _cli(["conformance", "run", "--backend", "existing", "--kubeconfig", str(kubeconfig), "-n", "1",
-                "--driver-config", str(defective), "--report-dir", str(tmp_path / "reports"), "--", "-k", check],
-               env, log, RUN_TIMEOUT)
-    results = {r["id"].rsplit("::", 1)[1]: r for r in json.loads((tmp_path / "reports" / "results.json").read_text())}
-    assert run.returncode == 1 and set(results) == {check}, log.read_text()[-3000:]
-    message = results[check]["message"]
-    assert results[check]["outcome"] == "failed" and "KP-RESTART-CDI (MUST): driver " in message, message
+    message = _fails_with_defect(real_node_cluster, tmp_path, "stale-cdi", REBOOT_CHECK)
+    assert "KP-RESTART-CDI (MUST): driver " in message, message
+    assert "CreateContainerError" in message and "unresolvable CDI devices" in message, message
     assert "CreateContainerError" in message and "unresolvable CDI devices" in message, message
 
 
