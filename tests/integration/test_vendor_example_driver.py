@@ -93,8 +93,8 @@ def real_node_cluster(tmp_path_factory):
     name = f"vex-{uuid.uuid4().hex[:5]}"
     log = tmp_path / "cli.log"
     try:
-        # --verbosity 5: the scheduler logs the pools and allocated devices its DRA allocator saw, so a
-        # pod left "cannot allocate all claims" is explained by the log lines on its namespace
+        # --verbosity 5: the scheduler logs each attempt on a pod left "cannot allocate all claims" and the pools
+        # its DRA allocator saw, on the pod's namespace (the allocated and in-flight device IDs need 6)
         up = _cli(["cluster", "up", "--name", name, "--nodes", "1", "--real-nodes", "1", "--verbosity", "5"], env, log,
                   UP_TIMEOUT)
         assert up.returncode == 0, log.read_text()[-4000:]
