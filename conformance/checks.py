@@ -318,9 +318,9 @@ def scheduler_caught_up(k8s: Clients, namespace: str, name: str = "witness", tim
     return running(k8s, namespace, name, timeout)
 
 
-def pod_gone(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> None:
-    """Wait until `pod` no longer exists (its deletion done, finalizers and all)."""
-    wait.until(f"pod {namespace}/{pod} to be gone",
+def pod_gone(k8s: Clients, namespace: str, pod: str, timeout: float = 60, why: str = "") -> None:
+    """Wait until `pod` no longer exists (its deletion done, finalizers and all); `why` joins the timeout's text."""
+    wait.until(f"pod {namespace}/{pod} to be gone{why}",
                lambda: pod not in {p.metadata.name for p in k8s.core.list_namespaced_pod(namespace).items}, timeout,
                diagnostics=lambda: wait.describe_namespace(k8s, namespace))
 

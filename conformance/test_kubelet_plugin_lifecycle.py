@@ -89,9 +89,7 @@ def plugin_under_test(request, k8s: Clients, dra_cluster) -> PluginUnderTest:
 
 
 def _pod_gone(k8s: Clients, ns: str, pod: str, where: str) -> None:
-    wait.until(f"pod {ns}/{pod} to be gone (the kubelet confirms only after NodeUnprepareResources): {where}",
-               lambda: pod not in {p.metadata.name for p in k8s.core.list_namespaced_pod(ns).items}, POD_TIMEOUT,
-               diagnostics=lambda: wait.describe_namespace(k8s, ns))
+    checks.pod_gone(k8s, ns, pod, POD_TIMEOUT, f" (the kubelet confirms only after NodeUnprepareResources): {where}")
 
 
 def _running_with_a_claim(k8s: Clients, ns: str, plugin: PluginUnderTest, pod: str):

@@ -27,7 +27,8 @@ def _recorded(cluster_dir: Path, name: str, argv: list[str], env: dict | None = 
 @pytest.fixture
 def calls(monkeypatch) -> list[tuple]:
     seen: list[tuple] = []
-    monkeypatch.setattr(reboot, "_kill_recorded", lambda cluster_dir, name: seen.append(("kill", name)))
+    monkeypatch.setattr(reboot.process, "stop_named",
+                        lambda cluster_dir, names, grace_seconds: seen.append(("kill", *names, grace_seconds)) or [])
     monkeypatch.setattr(reboot, "_kill_containers", lambda record: seen.append(("kill containers", record.id)))
     monkeypatch.setattr(reboot.teardown, "processes_mentioning", lambda base: ["shim"])
     monkeypatch.setattr(reboot.process, "terminate", lambda procs, grace: seen.append(("terminate", procs)) or [])
@@ -59,7 +60,7 @@ def test_reboot_empties_the_tmpfs_places_keeps_the_disks_and_boots_with_the_reco
     assert all(directory.is_dir() for directory in (dirs.containerd_state, dirs.runc_root, dirs.cdi, dirs.cni_ipam))
     assert all(p.read_text() == "x" for p in disks)
     assert calls == [
-        ("kill", record.kubelet_process), ("kill containers", record.id), ("kill", record.containerd_process),
+        ("kill", record.kubelet_process, 0), ("kill containers", record.id), ("kill", record.containerd_process, 0),
         ("terminate", ["shim"]), ("unmount", dirs.base),
         ("start", record.containerd_process, ["containerd", "--config", "c.toml"], {"PATH": "/rt"}),
         ("ready", record.containerd_process, "boot after a reboot"),

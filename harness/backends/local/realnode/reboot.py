@@ -26,8 +26,6 @@ import socket
 import time
 from pathlib import Path
 
-import psutil
-
 from harness.backends.local import process
 from harness.backends.local.realnode import cgroups, kubelet, node, teardown
 from harness.core.errors import HarnessError
@@ -43,9 +41,9 @@ def reboot(cluster_dir: Path, record: RealNodeRecord) -> None:
     containerd_argv, containerd_env = _recorded_command(cluster_dir, record, record.containerd_process)
     dirs = record.dirs
     # The kubelet first, so that it starts nothing again meanwhile; then the containers, containerd, its shims.
-    _kill_recorded(cluster_dir, record.kubelet_process)
+    _kill(cluster_dir, record, record.kubelet_process)
     _kill_containers(record)
-    _kill_recorded(cluster_dir, record.containerd_process)
+    _kill(cluster_dir, record, record.containerd_process)
     survivors = process.terminate(teardown.processes_mentioning(dirs.base), 0)
     if survivors:
         raise HarnessError(f"rebooting {record.name}: {process.describe(survivors)} survived SIGKILL")
@@ -73,16 +71,11 @@ def _recorded_command(cluster_dir: Path, record: RealNodeRecord, name: str) -> t
         raise HarnessError(f"cannot reboot {record.name}: no usable record of {name} in {path} ({err})") from None
 
 
-def _kill_recorded(cluster_dir: Path, name: str) -> None:
-    running = process.recorded(cluster_dir).get(name)
-    if running is None or not process.alive(running):
-        return
-    try:
-        survivors = process.terminate([psutil.Process(running.pid)], 0)
-    except psutil.NoSuchProcess:
-        return
-    if survivors:
-        raise HarnessError(f"{name} (pid {running.pid}) survived SIGKILL")
+def _kill(cluster_dir: Path, record: RealNodeRecord, name: str) -> None:
+    """SIGKILL the recorded component `name` at once (no grace: a power cut)."""
+    left = process.stop_named(cluster_dir, [name], grace_seconds=0)
+    if left:
+        raise HarnessError(f"rebooting {record.name}: {'; '.join(left)}")
 
 
 def _kill_containers(record: RealNodeRecord) -> None:
