@@ -148,6 +148,7 @@ def test_plugin_restart_keeps_prepared_claims(k8s: Clients, dra_namespace, plugi
     checks.containers_running(k8s, ns, "newcomer", timeout=POD_TIMEOUT)
 
 
+@pytest.mark.disrupts_node
 def test_pod_comes_back_with_its_devices_after_a_node_reboot(k8s: Clients, dra_namespace, plugin_under_test):
     """KP-RESTART-CDI (docs/contract.md) through a real kubelet. The node reboots while a pod's claim is
     prepared: every process of the node is killed, the plugin's with them, and the tmpfs places are

@@ -90,6 +90,7 @@ def _claim_line(claim, verb: str) -> str:
     return f"{verb} claim {claim.metadata.namespace}/{claim.metadata.name} ({claim.metadata.uid})"
 
 
+@pytest.mark.disrupts_node
 def test_kubelet_restart_keeps_prepared_claims_and_unprepare_still_works(k8s: Clients, dra_namespace, real_node,
                                                                         node_driver):
     ns, driver = dra_namespace, node_driver.drivers.gpu

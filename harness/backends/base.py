@@ -89,6 +89,9 @@ class NodePluginHandle(Protocol):
 
     def run_for(self, fake_driver: Any) -> Any: ...
 
+    def will_disrupt(self) -> None:
+        """Before anything runs on the node: this user will restart its kubelet or reboot it."""
+
     def close(self) -> None: ...
 
 

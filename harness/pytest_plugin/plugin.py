@@ -95,6 +95,8 @@ MARKERS = (
     "fake_devices(capability): needs a capability only the fake driver has (e.g. 'fault injection'); skipped in "
     "vendor mode naming it",
     "integration: needs a real Kubernetes control plane",
+    "disrupts_node: restarts the kubelet of the `real_node` or reboots it; the fixture then waits for any other "
+    "such test to end before the test takes its share of the node (realnode.sharing)",
 )
 
 
@@ -437,11 +439,12 @@ def unique_name(request: pytest.FixtureRequest, dra_run_id: str):
 
 
 @pytest.fixture
-def real_node(dra_cluster: ClusterInfo, k8s: Clients, dra_namespace: str):
+def real_node(request: pytest.FixtureRequest, dra_cluster: ClusterInfo, k8s: Clients, dra_namespace: str):
     """The run's node with a real kubelet that the backend started (the cluster record's real_nodes),
     and the fake driver's kubelet plugins on it: `real_node.run_for(fake)` starts one per driver name.
-    At teardown the test's pods are deleted first (the kubelet unprepares their claims through the
-    plugins), then the plugins stop. Skips, with the reason, where the cluster has no such node."""
+    A test that restarts its kubelet or reboots it is marked `disrupts_node`. At teardown the test's
+    pods are deleted first (the kubelet unprepares their claims through the plugins), then the plugins
+    stop. Skips, with the reason, where the cluster has no such node."""
     handle = None
     if dra_cluster.real_nodes:
         handle = backends.get(dra_cluster.backend).node_plugins(dra_cluster, dra_cluster.real_nodes[0].name)
@@ -450,6 +453,12 @@ def real_node(dra_cluster: ClusterInfo, k8s: Clients, dra_namespace: str):
                     f"({dra_cluster.real_nodes_reason or f'{dra_cluster.backend} cluster started without one'}); on "
                     "kind or your own cluster use a vendor config (--dra-driver-config) naming the driver your "
                     "nodes run")
+    try:
+        if request.node.get_closest_marker("disrupts_node"):
+            handle.will_disrupt()  # before any share of the node: see realnode.sharing
+    except BaseException:
+        handle.close()
+        raise
     yield handle
     try:
         _delete_pods_and_wait(k8s, dra_namespace)

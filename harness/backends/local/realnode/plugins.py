@@ -8,24 +8,22 @@ processes, so `cluster down` stops it.
 
 from __future__ import annotations
 
-import fcntl
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
 
 import psutil
 
 from harness.backends.local import process
 from harness.backends.local.realnode import node
 from harness.backends.local.realnode.reboot import reboot as reboot_node
+from harness.backends.local.realnode.sharing import WAIT, NodeUse
 from harness.core.errors import ComponentError
 from harness.core.nodelayout import RealNodeRecord
 
 READY_TIMEOUT = 120.0  # a deadline, not a wait: importing grpc + kubernetes took over 30 s on a loaded machine
-EXCLUSIVE_TIMEOUT = 600.0  # how long a kubelet restart waits for the node's other users to finish
 
 
 def argv(node: RealNodeRecord, driver: str, kubeconfig: Path, instance: str | None, namespace: str | None,
@@ -96,9 +94,9 @@ class NodePlugins:
         self.cluster_dir, self.node, self.kubeconfig = cluster_dir, node, kubeconfig
         self._started: dict[str, tuple[str | None, str | None]] = {}
         self._upgrades: set[tuple[str, str]] = set()  # (driver, rolling update id) of further instances
-        # Shared while this user runs plugins on the node; a kubelet restart takes it exclusively, so
-        # it never disturbs another test (pytest -n 2) in the middle of its pods.
-        self._users_lock: IO[str] | None = None
+        # A share of the node while this user runs plugins there; a kubelet restart or a reboot needs the node
+        # alone, so it never disturbs another test (pytest -n 2) in the middle of its pods.
+        self.use = NodeUse(node)
 
     @property
     def name(self) -> str:
@@ -113,20 +111,18 @@ class NodePlugins:
         """The kubelet's PodResources API (k8s.io/kubelet podresources v1), under its --root-dir."""
         return self.node.dirs.kubelet_root / "pod-resources" / "kubelet.sock"
 
-    def _hold_node(self) -> IO[str]:
-        if self._users_lock is None:
-            handle = open(users_lock(self.node), "a")
-            _flock(handle, fcntl.LOCK_SH, EXCLUSIVE_TIMEOUT, f"a kubelet restart on {self.node.name} to finish")
-            self._users_lock = handle
-        return self._users_lock
-
     def hold(self) -> None:
         """Count as a user of the node until close(), with no plugin of ours started: a test that runs other
         things there (legacy device plugins) must not see its kubelet restarted by another test meanwhile."""
-        self._hold_node()
+        self.use.share()
+
+    def will_disrupt(self) -> None:
+        """Say, before running anything on the node, that this user will restart its kubelet or reboot it
+        (sharing.NodeUse.will_disrupt): waits for the node's other restarting user, if any, to close."""
+        self.use.will_disrupt()
 
     def run(self, driver: str, instance: str | None = None, namespace: str | None = None) -> None:
-        self._hold_node()
+        self.use.share()
         self._started[driver] = (instance, namespace)  # first: close() stops it even if the start fails
         start(self.cluster_dir, self.node, driver, self.kubeconfig, instance, namespace)
 
@@ -161,30 +157,21 @@ class NodePlugins:
     def log(self, driver: str, rolling_update_id: str | None = None) -> Path:
         return self.cluster_dir / "logs" / f"{process_name(self.node, driver, rolling_update_id)}.log"
 
-    def restart_kubelet(self, wait_for_others: float = EXCLUSIVE_TIMEOUT) -> None:
+    def restart_kubelet(self, wait_for_others: float = WAIT) -> None:
         """Restart the node's kubelet (see node.restart_kubelet); the plugins keep running. Waits
         until no other user of the node runs plugins there, and keeps new ones out meanwhile."""
-        handle = self._hold_node()
-        _flock(handle, fcntl.LOCK_EX, wait_for_others, f"the other tests using {self.node.name} to finish")
-        try:
+        with self.use.alone(wait_for_others):
             node.restart_kubelet(self.cluster_dir, self.node)
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_SH)  # back to an ordinary user
 
-    def reboot(self, wait_for_others: float = EXCLUSIVE_TIMEOUT) -> None:
+    def reboot(self, wait_for_others: float = WAIT) -> None:
         """Reboot the node (reboot.reboot): its plugins of this user die with it (SIGKILL) and start again
-        once the kubelet is back. Waits until no other user of the node runs plugins there, and keeps new
-        ones out meanwhile, as a kubelet restart does."""
-        handle = self._hold_node()
-        _flock(handle, fcntl.LOCK_EX, wait_for_others, f"the other tests using {self.node.name} to finish")
-        try:
+        once the kubelet is back. Has the node alone meanwhile, as a kubelet restart does."""
+        with self.use.alone(wait_for_others):
             for driver in self._started:
                 stop(self.cluster_dir, self.node, driver, kill=True)
             reboot_node(self.cluster_dir, self.node)
             for driver, (instance, namespace) in self._started.items():
                 start(self.cluster_dir, self.node, driver, self.kubeconfig, instance, namespace)
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_SH)  # back to an ordinary user
 
     def cdi_specs(self, driver: str | None = None) -> list[Path]:
         prefix = f"{driver}-" if driver else ""
@@ -198,33 +185,15 @@ class NodePlugins:
                 self.stop(driver)
             self._started.clear()
         finally:
-            if self._users_lock is not None:
-                self._users_lock.close()  # releases the lock
-                self._users_lock = None
-
-
-def users_lock(record: RealNodeRecord) -> Path:
-    """The node's lock file: shared by every user running plugins there, exclusive for a kubelet restart or
-    a reboot."""
-    return record.dirs.base / "users.lock"
+            self.use.release()
 
 
 @contextmanager
-def sole_user(record: RealNodeRecord, wait_for_others: float = EXCLUSIVE_TIMEOUT) -> Iterator[None]:
+def sole_user(record: RealNodeRecord, wait_for_others: float = WAIT) -> Iterator[None]:
     """The node to oneself, for a caller that holds no share of it (a vendor's plugin the run started)."""
-    with open(users_lock(record), "a") as handle:
-        _flock(handle, fcntl.LOCK_EX, wait_for_others, f"the other tests using {record.name} to finish")
-        yield
-
-
-def _flock(handle: IO[str], operation: int, timeout: float, what: str) -> None:
-    """flock with a deadline (a plain blocking flock could wait forever)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(handle, operation | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise ComponentError("real node", f"waited {timeout:.0f}s for {what} ({handle.name})") from None
-            time.sleep(0.2)
+    use = NodeUse(record)
+    try:
+        with use.alone(wait_for_others):
+            yield
+    finally:
+        use.release()
