@@ -410,6 +410,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test that starts after a component of the cluster died fails at once, naming it."""
     watch = item.config.stash.get(_WATCH, None)
     if watch is not None:
+        # a dead kubelet or containerd of a real node fails only the tests that use the node (the real_node
+        # and vendor_plugins fixtures say so too, for a test that asks for them on the way)
+        watch.nodes_needed = ("real_node" in getattr(item, "fixturenames", ())
+                              or item.get_closest_marker("needs_kubelet") is not None)
         try:
             watch.check()
         except liveness.ComponentDied as err:
@@ -448,6 +452,7 @@ def real_node(request: pytest.FixtureRequest, dra_cluster: ClusterInfo, k8s: Cli
     handle = None
     if dra_cluster.real_nodes:
         handle = backends.get(dra_cluster.backend).node_plugins(dra_cluster, dra_cluster.real_nodes[0].name)
+        _needs_nodes(request.config)
     if handle is None:
         pytest.skip(f"the cluster under test has no real node that dra-harness runs "
                     f"({dra_cluster.real_nodes_reason or f'{dra_cluster.backend} cluster started without one'}); on "
@@ -475,10 +480,18 @@ def vendor_plugins(request: pytest.FixtureRequest) -> list:
     if vendor is None:
         pytest.skip("vendor mode only (--dra-driver-config): the fake driver's plugins are in `real_node`")
     plugins = vendor_plugin.load_plugins(request.config.getoption(vendor_plugin.PLUGINS_OPTION))
+    _needs_nodes(request.config)
     if not plugins:
         pytest.skip(f"the vendor file {vendor.source} has no spec.kubeletPlugin: the harness did not start the "
                     "plugin, so it cannot stop or restart it")
     return plugins
+
+
+def _needs_nodes(config: pytest.Config) -> None:
+    """This test uses a real node: a dead containerd or kubelet there fails it, naming the component."""
+    watch = config.stash.get(_WATCH, None)
+    if watch is not None:
+        watch.nodes_needed = True
 
 
 def _delete_pods_and_wait(k8s: Clients, namespace: str, timeout: float = 90.0) -> None:
@@ -511,7 +524,7 @@ def dra_namespace(request: pytest.FixtureRequest, k8s: Clients, unique_name, dra
         # Deleting through a cluster whose etcd or apiserver is dead for good only waits out timeouts
         # (measured: 274 s); the namespace goes with the cluster.
         watch = request.config.stash.get(_WATCH, None)
-        if watch is None or not watch.deaths(look_now=True):
+        if watch is None or not watch.deaths(look_now=True, nodes=False):
             wait.ignore_not_found(k8s.core.delete_namespace, name)
 
 

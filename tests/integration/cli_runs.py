@@ -29,9 +29,9 @@ def isolated_env(state_dir: Path, **extra: str) -> dict:
     return env
 
 
-def start_run(name: str, report_dir: Path, env: dict, log, *pytest_args: str) -> subprocess.Popen:
-    """`dra-harness run --name NAME --real-nodes 0 -n 1 --report-dir D [-- pytest args]` in the background."""
-    command = [sys.executable, "-m", "harness.cli", "run", "--name", name, "--real-nodes", "0", "-n", "1",
+def start_run(name: str, report_dir: Path, env: dict, log, *pytest_args: str, real_nodes: int = 0) -> subprocess.Popen:
+    """`dra-harness run --name NAME --real-nodes N -n 1 --report-dir D [-- pytest args]` in the background."""
+    command = [sys.executable, "-m", "harness.cli", "run", "--name", name, "--real-nodes", str(real_nodes), "-n", "1",
                "--report-dir", str(report_dir)]
     if pytest_args:
         command += ["--", *pytest_args]

@@ -50,6 +50,11 @@ def _results(report_dir: Path) -> list[dict]:
 SELECTION = "test_basic_allocation or test_extended_resources or test_device_taints or test_multi_claim_and_spread"
 
 
+# Tests on the real node (its kubelet prepares their claims through the plugin, containerd runs their pods).
+ON_THE_REAL_NODE = "test_kubelet_cdi or test_kubelet_node"
+REAL_NODE = "real-node-0"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("component, restarts", [
     ("kube-scheduler", None), ("kube-apiserver", None), ("kwok", None), ("kube-controller-manager", None),
@@ -57,12 +62,30 @@ SELECTION = "test_basic_allocation or test_extended_resources or test_device_tai
     ids=["scheduler-restarted", "apiserver-restarted", "kwok-restarted", "controller-manager-restarted",
          "etcd-restarted", "scheduler-not-restarted", "etcd-not-restarted"])
 def test_run_with_a_killed_component_ends_and_names_it(tmp_path, component, restarts):
+    _run_with_a_kill(tmp_path, component, restarts, SELECTION, real_nodes=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("component, restarts", [
+    (f"kubelet-{REAL_NODE}", None), (f"containerd-{REAL_NODE}", None), (f"kubelet-{REAL_NODE}", "0")],
+    ids=["kubelet-restarted", "containerd-restarted", "kubelet-not-restarted"])
+def test_run_with_a_killed_real_node_component_ends_and_names_it(tmp_path, component, restarts):
+    """The same for the real node's kubelet and containerd (issue 30: "the same for ... on the real node the
+    kubelet and containerd"), on the tests that run there."""
+    from harness.backends.local.realnode import preflight
+
+    if problems := preflight.problems():
+        pytest.skip("this machine cannot run a real node: " + "; ".join(problems))
+    _run_with_a_kill(tmp_path, component, restarts, ON_THE_REAL_NODE, real_nodes=1)
+
+
+def _run_with_a_kill(tmp_path: Path, component: str, restarts: str | None, selection: str, real_nodes: int) -> None:
     state_dir, report_dir = tmp_path / "state", tmp_path / "reports"
     env = isolated_env(state_dir, **({} if restarts is None else {supervisor.MAX_RESTARTS_ENV: restarts}))
     name = f"kill-{component[:5]}-{uuid.uuid4().hex[:5]}"
     run_log = tmp_path / "run.log"
     with open(run_log, "w") as log:
-        proc = start_run(name, report_dir, env, log, "-k", SELECTION)
+        proc = start_run(name, report_dir, env, log, "-k", selection, real_nodes=real_nodes)
         try:
             wait.until("the first test result in results.json",
                        lambda: _results(report_dir) or proc.poll() is not None, FIRST_RESULT_TIMEOUT, interval=0.5,

@@ -12,6 +12,7 @@ state directory (so only this test's cluster is touched), against real Kubernete
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -66,7 +67,24 @@ def _explain(failed: list[dict], reports: Path, logs: Path) -> str:
         if found := re.search(r"^--- namespace (\S+) ---", text, re.M):
             parts.append(f"=== kube-scheduler on namespace {found[1]} ===\n"
                          + files.lines_naming(logs / "kube-scheduler.log", found[1], lines=80))
+    if failed:
+        parts.append(f"=== kube-scheduler: its view of the {DRIVER} devices (allocated, freed, in flight; --v=6) ===\n"
+                     + _device_view(logs / "kube-scheduler.log"))
     return "\n".join(parts)
+
+
+def _device_view(log: Path, lines: int = 80) -> str:
+    """The scheduler's last lines on which devices of DRIVER it counts as allocated or in flight, and why
+    (`Observed device allocation`/`deallocation` name the claim; the whole log is read: at --v=6 it is large)."""
+    kept: collections.deque[str] = collections.deque(maxlen=lines)
+    try:
+        with open(log, errors="replace") as handle:
+            for line in handle:
+                if DRIVER in line and ("Observed" in line or "in flight" in line or "GatherAllocatedState" in line):
+                    kept.append(line.rstrip()[:1000])
+    except OSError as err:
+        return f"cannot read {log}: {err}"
+    return "\n".join(kept) or "none"
 
 
 def _plugin_processes(node_dir: str) -> list[psutil.Process]:
@@ -93,9 +111,9 @@ def real_node_cluster(tmp_path_factory):
     name = f"vex-{uuid.uuid4().hex[:5]}"
     log = tmp_path / "cli.log"
     try:
-        # --verbosity 5: the scheduler logs each attempt on a pod left "cannot allocate all claims" and the pools
-        # its DRA allocator saw, on the pod's namespace (the allocated and in-flight device IDs need 6)
-        up = _cli(["cluster", "up", "--name", name, "--nodes", "1", "--real-nodes", "1", "--verbosity", "5"], env, log,
+        # --verbosity 6: the scheduler logs each attempt on a pod left "cannot allocate all claims" and the pools
+        # its DRA allocator saw, on the pod's namespace (5), and which claim it counts as holding each device (6)
+        up = _cli(["cluster", "up", "--name", name, "--nodes", "1", "--real-nodes", "1", "--verbosity", "6"], env, log,
                   UP_TIMEOUT)
         assert up.returncode == 0, log.read_text()[-4000:]
         yield env, name, tmp_path / "state" / "clusters" / name / "kubeconfig", log

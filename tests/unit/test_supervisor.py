@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from harness.backends.local import liveness, process, state, supervisor
+from harness.backends.local.realnode import sharing
+from harness.core.nodelayout import RealNodeRecord
 from harness.k8s import wait
 
 SLEEPER = [sys.executable, "-c", "import os, sys, time; print(os.environ.get('MARK'), flush=True); time.sleep(120)"]
@@ -90,14 +92,75 @@ def test_a_component_being_restarted_is_not_dead_to_the_watch(cluster_dir, super
 
 
 def test_what_it_does_not_supervise_stays_dead(cluster_dir, supervising):
-    process.start("kubelet-real-node-0", SLEEPER, cluster_dir)
+    plugin = "kubelet-plugin-real-node-0-gpu.example.com"  # tests crash and restart plugins on purpose
+    process.start(plugin, SLEEPER, cluster_dir)
     process.start("kube-controller-manager", SLEEPER, cluster_dir)
-    kubelet = _kill(cluster_dir, "kubelet-real-node-0")
+    killed = _kill(cluster_dir, plugin)
     manager = _kill(cluster_dir, "kube-controller-manager")
-    _restarted(cluster_dir, "kube-controller-manager", manager)  # the same looks passed the kubelet by
-    assert process.recorded(cluster_dir)["kubelet-real-node-0"].pid == kubelet
-    assert not process.alive(process.recorded(cluster_dir)["kubelet-real-node-0"])
-    assert "kubelet-real-node-0" not in supervisor.read_status(cluster_dir)
+    _restarted(cluster_dir, "kube-controller-manager", manager)  # the same looks passed the plugin by
+    assert process.recorded(cluster_dir)[plugin].pid == killed
+    assert not process.alive(process.recorded(cluster_dir)[plugin])
+    assert plugin not in supervisor.read_status(cluster_dir)
+
+
+# --- a real node's containerd and kubelet ----------------------------------------------------------------
+
+@pytest.fixture
+def real_node(cluster_dir) -> RealNodeRecord:
+    """A real node in the cluster's state (only its record and lock directory: the processes are sleepers)."""
+    (cluster_dir / "node").mkdir()
+    record = RealNodeRecord(name="real-node-0", id="0123abcd", directory=str(cluster_dir / "node"),
+                            bridge="drh-0123abcd", subnet="10.202.41.0/24", address="10.202.41.1",
+                            kubelet_port=20001, healthz_port=20002)
+    (cluster_dir / state.STATE_FILE).write_text(yaml.safe_dump({"name": "unit", "realNodes": [record.to_dict()]}))
+    return record
+
+
+def test_a_real_nodes_dead_containerd_and_kubelet_are_started_again(cluster_dir, real_node, supervising):
+    pids = {}
+    for name in (real_node.containerd_process, real_node.kubelet_process):
+        process.start(name, SLEEPER, cluster_dir)
+        pids[name] = _kill(cluster_dir, name)
+    for name, old in pids.items():
+        _restarted(cluster_dir, name, old)
+        assert supervisor.read_status(cluster_dir)[name]["restarts"] == 1
+    assert not sharing.restarting(real_node)  # the share it held for the restart is given back
+
+
+def test_a_kubelet_a_test_restarts_is_left_to_the_test(cluster_dir, real_node, supervising):
+    """While a test has the node alone (a kubelet restart, a reboot) the kubelet is down on purpose: the
+    supervisor must not start a second one beside the test's, and the watch must not call it dead."""
+    process.start(real_node.kubelet_process, SLEEPER, cluster_dir)
+    process.start("kube-controller-manager", SLEEPER, cluster_dir)
+    watch = liveness.ComponentWatch("sv", cluster_dir)
+    watch.nodes_needed = True
+    test = sharing.NodeUse(real_node)
+    with test.alone(wait=5):
+        kubelet = _kill(cluster_dir, real_node.kubelet_process)
+        manager = _kill(cluster_dir, "kube-controller-manager")
+        _restarted(cluster_dir, "kube-controller-manager", manager)  # the same looks passed the kubelet by
+        assert process.recorded(cluster_dir)[real_node.kubelet_process].pid == kubelet
+        watch.check(look_now=True)
+    test.release()
+    # the test gave the node back without starting its kubelet: now it is the supervisor's to restart
+    _restarted(cluster_dir, real_node.kubelet_process, kubelet)
+
+
+def test_a_real_nodes_kubelet_given_up_on_fails_only_the_tests_that_use_the_node(cluster_dir, real_node,
+                                                                                  supervising):
+    process.start(real_node.kubelet_process, SLEEPER, cluster_dir)
+    watch = liveness.ComponentWatch("sv", cluster_dir)
+    pid = _kill(cluster_dir, real_node.kubelet_process)
+    for _ in range(2):  # the limit
+        pid = _restarted(cluster_dir, real_node.kubelet_process, pid).pid
+        pid = _kill(cluster_dir, real_node.kubelet_process)
+    wait.until("the supervisor to give up on the kubelet", lambda: supervisor.read_status(cluster_dir)
+               .get(real_node.kubelet_process, {}).get("state") == supervisor.GAVE_UP, 30)
+    watch.check(look_now=True)  # a test on simulated nodes only
+    assert watch.deaths(nodes=False) == []
+    watch.nodes_needed = True
+    with pytest.raises(liveness.ComponentDied, match=f"{real_node.kubelet_process}: of cluster 'sv'"):
+        watch.check(look_now=True)
 
 
 def test_without_a_supervisor_a_dead_component_is_dead_at_once(cluster_dir):

@@ -5,10 +5,12 @@ later test times out one by one (30-120 s each), none of them naming the schedul
 `ComponentWatch` registered, a test fails within about a second of the death, or at its setup when the
 component was already gone, with the component, its pid, when it was noticed and its log tail.
 
-Watched: what the cluster's supervisor restarts (supervisor.py: the control plane and the cluster's
-own fake driver). A component the supervisor is about to restart is not dead; one it gave up on is,
-and so is any when no supervisor runs. Not watched: kubelets, containerd and kubelet plugins of real
-nodes, which tests stop and restart on purpose (each such test checks them itself).
+Watched: what the cluster's supervisor restarts (supervisor.py: the control plane, the cluster's own
+fake driver, and each real node's containerd and kubelet). A component the supervisor is about to
+restart is not dead; one it gave up on is, and so is any when no supervisor runs. A real node's
+containerd and kubelet count only for a test that uses the node (`nodes_needed`), and not while a test
+restarts or reboots it (realnode/sharing.py). Not watched: kubelet plugins, which tests stop and
+restart on purpose (each such test checks them itself).
 
 `restarts()` and `restarted_since()` tell a test that failed while a component was restarted.
 """
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backends.local import process, supervisor
+from harness.backends.local.realnode import sharing
 from harness.core import diskspace
 from harness.core.errors import ComponentError
 
@@ -47,29 +50,43 @@ class ComponentWatch:
         self.cluster = cluster
         self.cluster_dir = cluster_dir
         self._deaths: dict[str, Death] = {}
+        self._node_parts: set[str] = set()  # the real nodes' containerd and kubelet among the deaths' names
         self._last_look = 0.0
         self._lock = threading.Lock()
+        # Whether the test now running uses a real node (the pytest plugin sets it per test): only then
+        # does a dead containerd or kubelet there keep it from passing.
+        self.nodes_needed = False
 
-    def deaths(self, look_now: bool = False) -> list[Death]:
+    def deaths(self, look_now: bool = False, nodes: bool | None = None) -> list[Death]:
         """Every watched component found dead so far (looked up at most once per CHECK_EVERY, unless
-        `look_now`)."""
+        `look_now`); the real nodes' containerd and kubelet among them if `nodes` (default:
+        `nodes_needed`)."""
         with self._lock:
             now = time.monotonic()
             if look_now or now - self._last_look >= CHECK_EVERY:
                 self._last_look = now
-                if self.cluster_dir.is_dir():  # gone: the cluster is being torn down, not a death
-                    said = supervisor.read_status(self.cluster_dir)
-                    for name, running in process.recorded(self.cluster_dir).items():
-                        if name in WATCHED and name not in self._deaths and not process.alive(running):
-                            if said.get(name, {}).get("state") != supervisor.GAVE_UP and \
-                                    supervisor.running(self.cluster_dir):
-                                continue  # about to be restarted
-                            # A restart by the harness (a new pid file) is not a death: read it again.
-                            again = process.recorded(self.cluster_dir).get(name)
-                            if again is None or not process.alive(again):
-                                self._deaths[name] = Death(name, running.pid, time.strftime("%H:%M:%S"),
-                                                           running.log)
-            return sorted(self._deaths.values(), key=lambda d: d.component)
+                self._look()
+            nodes = self.nodes_needed if nodes is None else nodes
+            return sorted((d for d in self._deaths.values() if nodes or d.component not in self._node_parts),
+                          key=lambda d: d.component)
+
+    def _look(self) -> None:
+        if not self.cluster_dir.is_dir():  # gone: the cluster is being torn down, not a death
+            return
+        said = supervisor.read_status(self.cluster_dir)
+        on_nodes = supervisor.node_components(self.cluster_dir)
+        self._node_parts |= set(on_nodes)
+        for name, running in process.recorded(self.cluster_dir).items():
+            if (name not in WATCHED and name not in on_nodes) or name in self._deaths or process.alive(running):
+                continue
+            if said.get(name, {}).get("state") != supervisor.GAVE_UP and supervisor.running(self.cluster_dir):
+                continue  # about to be restarted
+            if name in on_nodes and sharing.restarting(on_nodes[name]):
+                continue  # a test restarts or reboots the node on purpose
+            # A restart by the harness (a new pid file) is not a death: read it again.
+            again = process.recorded(self.cluster_dir).get(name)
+            if again is None or not process.alive(again):
+                self._deaths[name] = Death(name, running.pid, time.strftime("%H:%M:%S"), running.log)
 
     def check(self, look_now: bool = False) -> None:
         found = self.deaths(look_now)
@@ -91,6 +108,9 @@ class ComponentWatch:
         """'kube-scheduler died and was restarted by the supervisor during this test (...)' for each
         component restarted since `before` or being restarted now; '' if none."""
         said = supervisor.read_status(self.cluster_dir)
+        if not self.nodes_needed:  # a real node's restart does not concern a test that does not use the node
+            said = {name: entry for name, entry in said.items()
+                    if name not in supervisor.node_components(self.cluster_dir)}
         parts = [f"{name} died and was restarted by the supervisor during this test (exited at "
                  f"{entry.get('lastExit', '?')}, restart {entry.get('restarts')}; {self.cluster_dir / 'logs' / 'supervisor.log'})"
                  for name, entry in sorted(said.items())

@@ -17,9 +17,11 @@ ends with it: once the owner is gone without taking the cluster down (SIGKILL, t
 timeout), the supervisor runs `cluster down` for it within a few seconds, so nothing is left running
 for the next run to trip over.
 
-Supervised: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK and the cluster's
-own fake driver. Not the kubelets, containerd or kubelet plugins of real nodes: tests stop and
-restart those on purpose and judge what follows.
+Supervised: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK, the cluster's own
+fake driver, and each real node's containerd and kubelet. Tests restart and reboot a real node on
+purpose: while one has the node alone (realnode/sharing.py) its containerd and kubelet are left to it,
+and the supervisor holds a share of the node while it restarts one, so no test restarts the node
+meanwhile. Not the kubelet plugins: tests stop, crash and restart those and judge what follows.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ from pathlib import Path
 import yaml
 
 from harness.backends.local import components, process, state
+from harness.backends.local.realnode import sharing
 from harness.core import paths
+from harness.core.errors import ComponentError
 from harness.core.files import write_atomic
+from harness.core.nodelayout import RealNodeRecord, records
 
 NAME = "supervisor"
 STATUS_FILE = "supervisor.json"
@@ -75,6 +80,16 @@ def read_status(cluster_dir: Path) -> dict[str, dict]:
         return {}
 
 
+def node_components(cluster_dir: Path) -> dict[str, RealNodeRecord]:
+    """The supervised processes of the cluster's real nodes (containerd and kubelet), by name."""
+    try:
+        data = yaml.safe_load((cluster_dir / state.STATE_FILE).read_text()) or {}
+        nodes = records(data) if isinstance(data, dict) else []
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return {}
+    return {name: node for node in nodes for name in (node.containerd_process, node.kubelet_process)}
+
+
 def running(cluster_dir: Path) -> bool:
     """Whether this cluster's supervisor lives (so a dead component may still come back)."""
     record = process.recorded(cluster_dir).get(NAME)
@@ -92,9 +107,14 @@ class Supervisor:
         write_atomic(self.cluster_dir / STATUS_FILE, json.dumps(self.status, indent=2, sort_keys=True))
 
     def look(self) -> None:
+        nodes = node_components(self.cluster_dir)  # small; read each look, as the pid files are
+        # by name: containerd-<node> comes before kubelet-<node>, which needs it
         for name, record in process.recorded(self.cluster_dir).items():
-            if name not in SUPERVISED or process.alive(record):
+            node = nodes.get(name)
+            if (name not in SUPERVISED and node is None) or process.alive(record):
                 continue
+            if node is not None and sharing.restarting(node):
+                continue  # a test restarts or reboots the node: it starts them again itself
             entry = self.status.setdefault(name, {"restarts": 0, "state": RUNNING})
             if entry["state"] == GAVE_UP:
                 continue
@@ -113,7 +133,21 @@ class Supervisor:
                         record.pid, entry["restarts"] + 1, self.limit, delay, tail)
             if self.stopping.wait(delay):
                 return
-            self._restart(name, entry)
+            if node is None:
+                self._restart(name, entry)
+                continue
+            use = sharing.NodeUse(node)
+            try:
+                use.share(wait=0)  # no test may restart the node while this restarts one of its processes
+            except ComponentError:
+                entry["state"] = RUNNING  # a test began to restart the node meanwhile: it starts them itself
+                self._save()
+                log.warning("%s: a test restarts %s now; leaving its processes to it", name, node.name)
+                continue
+            try:
+                self._restart(name, entry)
+            finally:
+                use.release()
 
     def _restart(self, name: str, entry: dict) -> None:
         path = self.cluster_dir / "pids" / f"{name}.json"

@@ -10,6 +10,9 @@ Three flock(2) files in the node's directory, each taken through its own open fi
   ever asks for users.lock exclusively.
 - turnstile.lock: the restarting user holds it while it waits for the others to go, and a new user passes
   it before taking a share, so a stream of short tests cannot keep a restart waiting forever.
+
+The cluster's supervisor and the suite's component watch ask `restarting()` before they call a real node's
+kubelet or containerd dead: during a restart it is down on purpose.
 """
 
 from __future__ import annotations
@@ -79,6 +82,20 @@ class NodeUse:
             if handle is not None:
                 handle.close()  # releases its lock
         self._share = self._disrupt = None
+
+
+def restarting(record: RealNodeRecord) -> bool:
+    """Whether a user has the node alone now, or waits to have it (a kubelet restart, a node reboot under
+    way): its kubelet or containerd may be down on purpose. Looks without waiting and holds nothing."""
+    for name, operation in (("turnstile.lock", fcntl.LOCK_SH), ("users.lock", fcntl.LOCK_SH)):
+        try:
+            with open(record.dirs.base / name, "a") as handle:
+                fcntl.flock(handle, operation | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False  # no node directory (any more): nobody restarts it
+    return False
 
 
 def _locked(record: RealNodeRecord, name: str, operation: int, wait: float, what: str) -> IO[str]:
