@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import objects, under_test
+from conformance import capacity, objects, under_test
 from fake_devices.controller import INSTANCE_LABEL
 from harness.k8s.client import Clients
 from harness.k8s.discovery import ClusterFacts, discover
@@ -235,7 +235,7 @@ def fractional_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_name
             # the turn first: another test may have the vendor's plugin (and so its slices) gone meanwhile
             request.getfixturevalue("vendor_turn")
             published = [d for driver in vendor.drivers for d in under_test.all_devices(k8s, driver)]
-            missing = under_test.fractional_missing(vendor.drivers, published)
+            missing = capacity.fractional_missing(vendor.drivers, published)
             if missing is not None:
                 # a capability the vendor file claims and the slices contradict is a failure, not a skip
                 if "DRAFractionalCapacityRange" in vendor.features:

@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 
-from conformance import checks, objects, under_test
+from conformance import capacity, checks, objects, under_test
 
 pytestmark = [pytest.mark.dra_feature("DRAConsumableCapacity", maturity="beta")]
 
@@ -47,17 +47,17 @@ def test_claims_share_a_device_up_to_its_capacity(k8s, dra_namespace, shareable_
     device = pool.devices[0]
     capacities = under_test.consumable(device.published)
     # Two claims of (at most) half of every consumable capacity each: both fit on the one device.
-    half = {c: under_test.largest_valid(e, under_test.quantity(e["value"]) / 2) for c, e in capacities.items()}
+    half = {c: capacity.largest_valid(e, under_test.quantity(e["value"]) / 2) for c, e in capacities.items()}
     if any(v is None for v in half.values()):
         pytest.skip(f"{device.path}: no valid request of half a capacity ({capacities})")
     shares: dict[str, Decimal] = {c: v for c, v in half.items() if v is not None}
     # Then one claim of a little more than is left of the first capacity (the least of the others).
     name = sorted(capacities)[0]
     left = under_test.quantity(capacities[name]["value"]) - 2 * shares[name]
-    more = under_test.smallest_valid(capacities[name], left)
+    more = capacity.smallest_valid(capacities[name], left)
     if more is not None and more <= left:
-        more = under_test.smallest_valid(capacities[name], left + 1)
-    least = {c: under_test.smallest_valid(e, Decimal(0)) for c, e in capacities.items() if c != name}
+        more = capacity.smallest_valid(capacities[name], left + 1)
+    least = {c: capacity.smallest_valid(e, Decimal(0)) for c, e in capacities.items() if c != name}
     if more is None or any(v is None for v in least.values()):
         pytest.skip(f"{device.path}: no valid request of more than the {left} of {name} left by two halves")
     too_much = {name: more, **{c: v for c, v in least.items() if v is not None}}
@@ -89,8 +89,8 @@ def test_request_policy_rounds_up_to_a_valid_size(k8s, dra_namespace, shareable_
     # A request between two valid sizes of the first capacity with room for one: rounded up to the next.
     between = None
     for name, entry in sorted(capacities.items()):
-        low = under_test.smallest_valid(entry, Decimal(0))
-        above = under_test.smallest_valid(entry, low + Decimal("0.001")) if low is not None else None
+        low = capacity.smallest_valid(entry, Decimal(0))
+        above = capacity.smallest_valid(entry, low + Decimal("0.001")) if low is not None else None
         if low is not None and above is not None and above - low > 1:
             between = name, (low + above) / 2, above
             break
@@ -98,7 +98,7 @@ def test_request_policy_rounds_up_to_a_valid_size(k8s, dra_namespace, shareable_
         pytest.skip(f"{odd_device.path}: no capacity whose policy has a size between two valid ones ({capacities})")
     name, asked, rounded = between
     asked = Decimal(int(asked))  # a whole number of units: a quantity every API client writes the same way
-    least = {c: under_test.smallest_valid(e, Decimal(0)) for c, e in capacities.items() if c != name}
+    least = {c: capacity.smallest_valid(e, Decimal(0)) for c, e in capacities.items() if c != name}
     odd = {name: asked, **{c: v for c, v in least.items() if v is not None}}
     k8s.resource.create_namespaced_resource_claim_template(ns, _template(pool, "odd", odd_device, odd))
     k8s.resource.create_namespaced_resource_claim_template(ns, _template(pool, "default", default_device, None))
@@ -106,9 +106,9 @@ def test_request_policy_rounds_up_to_a_valid_size(k8s, dra_namespace, shareable_
         k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim(pod, pod)))
         checks.running(k8s, ns, pod, timeout=120)
     where = f"driver {pool.driver}, node {pool.node}, capacities {capacities}"
-    assert _consumed(_share(k8s, ns, "odd"), capacities).get(name) == under_test.smallest_valid(capacities[name], asked) == rounded, (
+    assert _consumed(_share(k8s, ns, "odd"), capacities).get(name) == capacity.smallest_valid(capacities[name], asked) == rounded, (
         f"{where}: {name} {asked} requested on {odd_device.path}, {_share(k8s, ns, 'odd').consumed_capacity} allocated")
-    expected = {c: under_test.default_share(e) for c, e in under_test.consumable(default_device.published).items()}
+    expected = {c: capacity.default_share(e) for c, e in under_test.consumable(default_device.published).items()}
     assert _consumed(_share(k8s, ns, "default"), expected) == expected, (
         f"{where}: a request naming no amount on {default_device.path}: "
         f"{_share(k8s, ns, 'default').consumed_capacity} allocated, the policy's defaults are {expected}")

@@ -20,7 +20,7 @@ from decimal import Decimal
 
 import pytest
 
-from conformance import checks, objects, under_test
+from conformance import capacity, checks, objects, under_test
 
 pytestmark = [pytest.mark.dra_feature("DRAFractionalCapacityRange", maturity="beta", discovered=True)]
 
@@ -65,7 +65,7 @@ def _consumed(result) -> dict[str, Decimal]:
 
 
 def _texts(amounts: dict[str, Decimal]) -> dict[str, str]:
-    return {name: under_test.milli_text(value) for name, value in amounts.items()}
+    return {name: capacity.milli_text(value) for name, value in amounts.items()}
 
 
 def _refused_everywhere(k8s, ns: str, pod: str, node: str) -> str:
@@ -80,26 +80,26 @@ def test_fractional_request_is_rounded_up_to_the_milli_step(k8s, dra_namespace, 
     device = pool.devices[0]
     name, entry = _capacity(pool)
     where = f"driver {pool.driver}, node {pool.node}, device {device.path}, capacity {name} {entry}"
-    odd = under_test.between_steps(entry)
+    odd = capacity.between_steps(entry)
     if odd is None:
         pytest.skip(f"{where}: no request lies between two valid amounts of the range")
     asked, rounded = odd  # e.g. 125m between steps of 50m: 0 + 3 * 50m is the next valid amount
-    others = under_test.beside(device.published, name, 3)
-    room = under_test.quantity(entry["value"]) - rounded - under_test.default_share(entry)
-    aligned = under_test.largest_valid(entry, room / 2)  # on a step already, written as a decimal below
+    others = capacity.beside(device.published, name, 3)
+    room = under_test.quantity(entry["value"]) - rounded - capacity.default_share(entry)
+    aligned = capacity.largest_valid(entry, room / 2)  # on a step already, written as a decimal below
     claims = {"odd": {name: asked, **others}, "aligned": {name: aligned, **others}, "unasked": {}}
-    if aligned is None or aligned <= 0 or not under_test.fit(device.published, list(claims.values())):
+    if aligned is None or aligned <= 0 or not capacity.fit(device.published, list(claims.values())):
         pytest.skip(f"{where}: a request of {asked}, one on a step and one naming no amount do not fit together "
                     f"(other capacities: {others})")
-    _template(k8s, ns, pool, "odd", {name: under_test.milli_text(asked), **_texts(others)})
-    _template(k8s, ns, pool, "aligned", {name: under_test.decimal_text(aligned), **_texts(others)})
+    _template(k8s, ns, pool, "odd", {name: capacity.milli_text(asked), **_texts(others)})
+    _template(k8s, ns, pool, "aligned", {name: capacity.decimal_text(aligned), **_texts(others)})
     _template(k8s, ns, pool, "unasked", {})
     for pod in claims:
         _run(k8s, ns, pool, pod)
 
     results = {pod: _allocation(k8s, ns, pod, allocated) for pod in claims}
     for pod, requests in claims.items():
-        expected = under_test.consumed(device.published, requests)
+        expected = capacity.consumed(device.published, requests)
         assert _consumed(results[pod]) == expected, (
             f"{where}: claim {pod} asked for {_texts(requests) or 'no amount (the policy defaults)'}, "
             f"was allocated {results[pod].consumed_capacity}, expected {_texts(expected or {})}")
@@ -115,15 +115,15 @@ def test_claims_share_a_device_in_fractions_up_to_the_whole(k8s, dra_namespace, 
     device = pool.devices[0]
     name, entry = _capacity(pool)
     where = f"driver {pool.driver}, node {pool.node}, device {device.path}, capacity {name} {entry}"
-    halves, late = under_test.split_whole(entry), under_test.least_positive(entry)
+    halves, late = capacity.split_whole(entry), capacity.least_positive(entry)
     if halves is None or late is None:
         pytest.skip(f"{where}: no two valid amounts add up to the whole capacity")
-    others = under_test.beside(device.published, name, 3)
+    others = capacity.beside(device.published, name, 3)
     shares = {"first": halves[0], "second": halves[1], "late": late}  # e.g. 450m + 550m, then 50m
-    if not under_test.fit(device.published, [{**others, name: late}] * 3):
+    if not capacity.fit(device.published, [{**others, name: late}] * 3):
         pytest.skip(f"{where}: three claims do not fit beside each other in the other capacities ({others})")
     for pod, share in shares.items():
-        _template(k8s, ns, pool, pod, {name: under_test.milli_text(share), **_texts(others)})
+        _template(k8s, ns, pool, pod, {name: capacity.milli_text(share), **_texts(others)})
     for pod in ("first", "second"):
         _run(k8s, ns, pool, pod)
     first, second = (_allocation(k8s, ns, p, allocated) for p in ("first", "second"))
@@ -150,13 +150,13 @@ def test_request_above_the_range_maximum_fits_no_device(k8s, dra_namespace, frac
                    .get("requestPolicy")) == policy]
     where = (f"driver {pool.driver}, node {pool.node}, devices {', '.join(d.name for d in devices)}, "
              f"capacity {name} {entry}")
-    above = under_test.above_max(entry)
+    above = capacity.above_max(entry)
     if above is None:
         pytest.skip(f"{where}: the range has no max below the capacity")
-    at_max = under_test.largest_valid(entry, under_test.quantity(entry["requestPolicy"]["validRange"]["max"]))
-    sizes = {"above-max": above, "above-capacity": under_test.above_capacity(entry), "at-max": at_max}
+    at_max = capacity.largest_valid(entry, under_test.quantity(entry["requestPolicy"]["validRange"]["max"]))
+    sizes = {"above-max": above, "above-capacity": capacity.above_capacity(entry), "at-max": at_max}
     for pod, size in sizes.items():  # e.g. 850m above a max of 800m, 1500m above a capacity of 1
-        _template(k8s, ns, pool, pod, {name: under_test.milli_text(size)}, devices=devices)
+        _template(k8s, ns, pool, pod, {name: capacity.milli_text(size)}, devices=devices)
         _run(k8s, ns, pool, pod)
     for pod in ("above-max", "above-capacity"):
         _refused_everywhere(k8s, ns, pod, pool.node)

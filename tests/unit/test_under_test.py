@@ -118,7 +118,8 @@ def test_no_blocker_when_every_device_leaves_room_for_another():
 def test_a_valid_range_rounds_up_to_its_steps_and_clamps_to_min_and_max():
     from decimal import Decimal
 
-    from conformance.under_test import default_share, largest_valid, quantity, smallest_valid
+    from conformance.capacity import default_share, largest_valid, smallest_valid
+    from conformance.under_test import quantity
 
     nvme = {"value": "1Ti", "requestPolicy": {"default": "100Gi", "validRange": {"min": "10Gi", "step": "10Gi"}}}
     gi = quantity("1Gi")
@@ -145,7 +146,8 @@ def _nvme() -> dict:
 
 
 def test_only_a_range_with_a_fractional_bound_is_fractional():
-    from conformance.under_test import fractional, fractional_missing
+    from conformance.capacity import fractional_missing
+    from conformance.under_test import fractional
 
     assert sorted(fractional(_nvme())) == ["ioShare"]  # size's range is whole bytes
     example = {"name": "gpu-0", "allowMultipleAllocations": True, "capacity": {
@@ -167,7 +169,7 @@ def test_only_a_range_with_a_fractional_bound_is_fractional():
 def test_fractional_sizes_of_the_fake_drives_io_share():
     from decimal import Decimal
 
-    from conformance.under_test import (
+    from conformance.capacity import (
         above_capacity,
         above_max,
         between_steps,
@@ -191,7 +193,7 @@ def test_fractional_sizes_of_the_fake_drives_io_share():
 def test_fractional_sizes_follow_other_ranges():
     from decimal import Decimal
 
-    from conformance.under_test import above_max, between_steps, least_positive, smallest_valid, split_whole
+    from conformance.capacity import above_max, between_steps, least_positive, smallest_valid, split_whole
 
     m = Decimal("0.001")
     # min 250m, step 500m, max 2750m on a capacity of 4: the third step is 1250m..1750m
@@ -221,7 +223,8 @@ def test_fractional_sizes_follow_other_ranges():
 def test_what_a_device_records_as_consumed_and_what_fits_beside():
     from decimal import Decimal
 
-    from conformance.under_test import beside, consumed, fit, quantity
+    from conformance.capacity import beside, consumed, fit
+    from conformance.under_test import quantity
 
     nvme, m = _nvme(), Decimal("0.001")
     gi = quantity("1Gi")
