@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import threading
@@ -10,11 +9,10 @@ import time
 from typing import Any
 
 import kubernetes
-from kubernetes.client.rest import ApiException
 
 from conformance import objects
 from conformance.objects import ENV_DONE
-from harness.k8s import wait
+from harness.k8s import errors, wait
 from harness.k8s.client import Clients
 
 
@@ -407,9 +405,9 @@ def rejected(call, *args, status: int = 422, **kwargs) -> str:
     """Call the API expecting a rejection with HTTP `status`; return the server's message."""
     try:
         call(*args, **kwargs)
-    except ApiException as err:
+    except errors.ApiError as err:
         assert err.status == status, f"expected HTTP {status}, got {err.status}: {err.body}"
-        return json.loads(err.body)["message"]
+        return errors.message(err)
     raise AssertionError(f"{getattr(call, '__name__', call)} was accepted, expected HTTP {status}")
 
 
@@ -514,10 +512,8 @@ def printed_env(k8s: Clients, namespace: str, pod: str, timeout: float = 60) -> 
     def logs():
         try:
             text = k8s.core.read_namespaced_pod_log(pod, namespace, container="main") or ""
-        except ApiException as err:
-            if err.status == 400:  # the container has not started yet
-                return None
-            raise
+        except errors.BadRequest:  # the container has not started yet
+            return None
         return text if ENV_DONE in text else None
 
     text = wait.until(f"pod {pod} to print its environment", logs, timeout,

@@ -33,16 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 from collections.abc import Callable, Iterator
 
 import kubernetes
 import pytest
-from kubernetes.client.rest import ApiException
 
 from conformance import checks, objects
 from fake_devices import keyfiles
-from harness.k8s import wait
+from harness.k8s import errors, wait
 from harness.k8s.client import Clients
 
 GATE = "DRAResourceClaimGranularStatusAuthorization"
@@ -176,12 +174,9 @@ def _answer(call: Callable[[], object]) -> tuple[int, str]:
     """(HTTP status, message) of a write: 200 when accepted. A 403 from the impersonation itself skips."""
     try:
         call()
-    except ApiException as err:
-        try:
-            message = json.loads(err.body)["message"]
-        except (TypeError, ValueError, KeyError):
-            message = str(err.body)
-        if err.status == 403 and "impersonate" in message:
+    except errors.ApiError as err:
+        message = errors.message(err)
+        if isinstance(err, errors.Forbidden) and "impersonate" in message:
             pytest.skip(f"the cluster's admin may not impersonate ServiceAccounts or their node-name extra, which "
                         f"these checks act through: {message}")
         return err.status, message

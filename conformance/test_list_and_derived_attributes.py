@@ -30,10 +30,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from conformance import checks, objects
-from harness.k8s import wait
+from harness.k8s import errors, wait
 
 pytestmark = [pytest.mark.fake_devices("profiles with list-type attributes, and with socket/NUMA attributes "
                                        "of different types on GPUs and NICs")]
@@ -57,7 +56,7 @@ def _require_list_attributes(k8s, unique_name, node: str) -> None:
                                   [{"name": "d0", "attributes": {"numas": {"ints": [0, 1]}}}])
     try:
         created = k8s.resource.create_resource_slice(body, dry_run="All")
-    except ApiException as err:  # only the gate-off symptom skips; anything else is a failure
+    except errors.ApiError as err:  # only the gate-off symptom skips; anything else is a failure
         if "must specify one of" in str(err.body):
             pytest.skip("DRAListTypeAttributes is off in this cluster: the API server dropped `ints`")
         raise

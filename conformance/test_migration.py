@@ -16,13 +16,12 @@ of its own (created and deleted by the test), so it shares nothing with parallel
 from __future__ import annotations
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from conformance import checks
 from conformance.conftest import EPHEMERAL_LABEL
 from fake_devices.deviceplugin import journal
+from harness.k8s import errors, wait
 from harness.k8s import nodes as node_facts
-from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.migration import local, workload
 from harness.migration.rehearsal import MigrationNode, Rehearsal
@@ -96,10 +95,8 @@ def _printed_env(k8s: Clients, ns: str, pod: str, timeout: float = 90) -> dict[s
     def printed():
         try:
             return workload.parse_env(k8s.core.read_namespaced_pod_log(pod, ns, container="main") or "")
-        except ApiException as err:
-            if err.status == 400:  # not started yet
-                return None
-            raise
+        except errors.BadRequest:  # not started yet
+            return None
 
     return wait.until(f"pod {pod} to print its environment", printed, timeout,
                       diagnostics=lambda: wait.describe_namespace(k8s, ns))

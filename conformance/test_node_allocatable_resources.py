@@ -32,12 +32,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
 from conformance import checks, objects
 from conformance.conftest import EPHEMERAL_LABEL, KWOK_ANNOTATION
-from harness.k8s import wait
+from harness.k8s import errors, wait
 from harness.k8s.nodes import is_ready
 
 pytestmark = [pytest.mark.dra_feature("DRANodeAllocatableResources", maturity="alpha")]
@@ -110,8 +109,8 @@ def _create_slice(k8s, cluster_objects, body: dict):
     def attempt():
         try:
             return cluster_objects.resource_slice(body)
-        except ApiException as err:
-            if err.status == 403 and body["spec"]["nodeName"] in (err.body or ""):
+        except errors.Forbidden as err:
+            if body["spec"]["nodeName"] in (err.body or ""):
                 return None
             raise
 
@@ -222,8 +221,8 @@ def test_api_and_admission_refuse_bad_node_allocatable_resources(k8s, unique_nam
     def accepted() -> Any:
         try:
             return create(body(small_node), dry_run="All")
-        except ApiException as err:  # the admission plugin's informer may not have seen the new node yet
-            if err.status == 403 and small_node in (err.body or ""):
+        except errors.Forbidden as err:  # the admission plugin's informer may not have seen the new node yet
+            if small_node in (err.body or ""):
                 return None
             raise
 

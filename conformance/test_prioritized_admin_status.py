@@ -15,10 +15,9 @@
 from __future__ import annotations
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from conformance import checks, objects
-from harness.k8s import wait
+from harness.k8s import errors, wait
 
 PRIORITIZED = pytest.mark.dra_feature("DRAPrioritizedList", maturity="ga")
 ADMIN = pytest.mark.dra_feature("DRAAdminAccess", maturity="ga")
@@ -227,9 +226,8 @@ def _write_device_status(k8s, ns: str, claim: str, devices: list[dict]):
         body.setdefault("status", {})["devices"] = devices
         try:
             return k8s.resource.replace_namespaced_resource_claim_status(claim, ns, body)
-        except ApiException as err:
-            if err.status != 409:
-                raise
+        except errors.Conflict:
+            continue  # another writer (the scheduler) got there first: read again
     raise AssertionError(f"claim {claim}: status update kept conflicting")
 
 

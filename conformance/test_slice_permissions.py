@@ -18,10 +18,9 @@ from collections.abc import Iterator
 
 import kubernetes
 import pytest
-from kubernetes.client.rest import ApiException
 
 from fake_devices import keyfiles
-from harness.k8s import wait
+from harness.k8s import errors, wait
 from harness.k8s.client import Clients
 
 pytestmark = pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
@@ -56,8 +55,8 @@ def _readable(as_node, name: str, node: str):
     def read():
         try:
             return as_node.read_resource_slice(name)
-        except ApiException as err:
-            if err.status == 403 and "no relationship found" in (err.body or ""):
+        except errors.Forbidden as err:
+            if "no relationship found" in (err.body or ""):
                 return None  # the graph has not seen the slice yet
             raise
 
@@ -72,8 +71,8 @@ def _refused(call, *args, **kwargs) -> str:
     """The API's 403 message for a call that must be refused; fails naming the call when it is not."""
     try:
         call(*args, **kwargs)
-    except ApiException as err:
-        assert err.status == 403, f"{call.__name__}: expected 403 Forbidden, got {err.status}: {err.body}"
+    except errors.ApiError as err:
+        assert isinstance(err, errors.Forbidden), f"{call.__name__}: expected 403 Forbidden, got {err.status}: {err.body}"
         return str(err.body)
     raise AssertionError(f"{call.__name__}{args}: allowed, but a node may not do this")
 
@@ -103,9 +102,7 @@ def test_a_node_writes_only_its_own_resource_slices(k8s: Clients, slices):
         own = slices.name("own")
         try:
             as_node.create_resource_slice(_slice(own, slices.driver, node))
-        except ApiException as err:
-            if err.status != 403:
-                raise
+        except errors.Forbidden as err:
             pytest.skip(f"the cluster under test does not let node {node} publish its own ResourceSlice "
                         f"(no Node authorizer/NodeRestriction as 1.37 defines them?): {err.body}")
         # Reading and changing its own slice: allowed, once the Node authorizer's graph (fed by an

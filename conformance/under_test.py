@@ -35,14 +35,13 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from conformance import checks, class_selectors, objects
 from fake_devices import faults
 from harness.config.capabilities import consumable, fractional, quantity
 from harness.core.locking import file_lock
+from harness.k8s import errors, wait
 from harness.k8s import nodes as node_facts
-from harness.k8s import wait
 from harness.k8s.client import Clients
 
 LABEL = "dra-harness.x-k8s.io/test-class"  # on every DeviceClass a test makes over the driver's devices
@@ -328,10 +327,8 @@ def blocking_rule_selectors(k8s: Clients) -> list[tuple[str | None, str | None, 
     any), whoever made them: another test's rule not deleted yet, or a health monitor of the cluster."""
     try:
         rules = k8s.resource.list_device_taint_rule().items
-    except ApiException as err:
-        if err.status == 404:  # the cluster does not serve DeviceTaintRules
-            return []
-        raise
+    except errors.NotFound:  # the cluster does not serve DeviceTaintRules
+        return []
     selectors = []
     for rule in rules:
         chosen = rule.spec.device_selector  # the API: an empty selector matches every device, none matches none
@@ -426,9 +423,7 @@ def give_back(k8s: Clients, namespace: str, drivers=(), kubelet_nodes=(), timeou
                timeout, diagnostics=lambda: wait.describe_namespace(k8s, namespace))
     try:  # a PodGroup holds its claims reserved: it goes too
         groups = k8s.scheduling.list_namespaced_pod_group(namespace).items
-    except ApiException as err:
-        if err.status != 404:  # 404: the cluster does not serve PodGroups
-            raise
+    except errors.NotFound:  # the cluster does not serve PodGroups
         groups = []
     for group in groups:
         wait.ignore_not_found(k8s.scheduling.delete_namespaced_pod_group, group.metadata.name, namespace)

@@ -9,7 +9,7 @@ import sys
 import kubernetes
 
 from fake_devices import config as driver_config
-from fake_devices import entrypoint
+from fake_devices import entrypoint, kube
 from fake_devices.controller import FakeDriver, PublishError
 from fake_devices.errors import InvalidInput
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        api_client = entrypoint.api_client(args.kubeconfig, pool_size=config.workers + 8)
+        api_client = kube.api_client(args.kubeconfig, pool_size=config.workers + 8)
     except kubernetes.config.ConfigException as err:
         print(f"error: --kubeconfig: {err}", file=sys.stderr)
         return 2

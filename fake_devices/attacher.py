@@ -27,8 +27,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 import kubernetes
-from kubernetes.client.rest import ApiException
 
+from fake_devices import kube
 from fake_devices.hardware import Binding, Profile
 
 log = logging.getLogger("fake_devices")
@@ -129,12 +129,9 @@ class Attacher:
                            "lastTransitionTime": now,
                            "message": f"the fake driver's attach controller failed to attach ({binding.attach})"}]
         for _ in range(CONFLICT_RETRIES):
-            try:
-                claim = self.resource.read_namespaced_resource_claim_status(name, namespace)
-            except ApiException as err:
-                if err.status == 404:
-                    return
-                raise
+            claim = kube.ignore_missing(self.resource.read_namespaced_resource_claim_status, name, namespace)
+            if claim is None:
+                return
             allocation = claim.status.allocation if claim.status else None
             if claim.metadata.uid != uid or allocation is None or str(allocation.allocation_timestamp or "") != stamp:
                 return  # deleted, replaced or allocated anew meanwhile: that allocation gets its own answer
@@ -150,12 +147,12 @@ class Attacher:
             patch = {"metadata": {"resourceVersion": claim.metadata.resource_version}, "status": {"devices": entries}}
             try:
                 self.resource.patch_namespaced_resource_claim_status(name, namespace, patch)
-            except ApiException as err:
-                if err.status == 409:  # the scheduler wrote in between: read again
-                    time.sleep(0.05)
-                    continue
-                if err.status == 404:
-                    return
+            except kube.Conflict:  # the scheduler wrote in between: read again
+                time.sleep(0.05)
+                continue
+            except kube.NotFound:
+                return
+            except kube.ApiError as err:
                 log.warning("attach controller: status of claim %s/%s: %s %s", namespace, name, err.status, err.body)
                 return
             outcome = "attached" if succeeded else "failed"

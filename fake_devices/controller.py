@@ -21,9 +21,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import kubernetes
-from kubernetes.client.rest import ApiException
 
-from fake_devices import attacher, render, variants
+from fake_devices import attacher, kube, render, variants
 from fake_devices.config import PROFILE_LABEL, DriverConfig
 from fake_devices.faults import parse_faults
 from fake_devices.plan import dropped_fields, plan_pool
@@ -33,15 +32,12 @@ INSTANCE_LABEL = render.INSTANCE_LABEL
 RESYNC_SECONDS = 300  # a full pass now and then repairs anything a missed watch event left behind
 RETRY_SECONDS = 1.0  # after a failure that may pass (connection, 5xx, conflict, throttling)
 REJECTED_RETRY_SECONDS = 30.0  # after the API server refused a slice: retrying soon cannot help
-# 4xx answers that say "not now" rather than "never": conflict, gone/not found (someone else deleted it),
-# throttling. Any other 4xx is the API server refusing what the driver wrote.
-TRANSIENT_CLIENT_ERRORS = {404, 409, 410, 429}
 
 
 class SliceRejected(Exception):
     """The API server refused a ResourceSlice: which slice, which field, and the server's words."""
 
-    def __init__(self, node: str, body: dict, err: ApiException):
+    def __init__(self, node: str, body: dict, err: kube.ApiError):
         self.node = node
         self.slice_name = (body.get("metadata") or {}).get("name", "?")
         self.driver = (body.get("spec") or {}).get("driver", "?")
@@ -79,7 +75,7 @@ class _Source(NamedTuple):
     item_type: str | None = None  # the client's model of one item where a watch cannot derive it
 
 
-def _api_message(err: ApiException) -> tuple[str, list[str]]:
+def _api_message(err: kube.ApiError) -> tuple[str, list[str]]:
     """The message and field paths of a Kubernetes Status error body."""
     try:
         status = json.loads(err.body or "")
@@ -211,9 +207,7 @@ class FakeDriver:
                 self._assigned[node] = profile
         try:
             self._remember_node(self.core.read_node(node))
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        except kube.NotFound:
             with self._lock:
                 self._nodes.pop(node, None)  # no such node: nothing to publish
         self._mark(node)
@@ -235,9 +229,7 @@ class FakeDriver:
                     "metadata": {"name": name, "labels": {INSTANCE_LABEL: self.config.instance}}, "spec": spec}
             try:
                 self.resource.create_device_class(body)
-            except ApiException as err:
-                if err.status != 409:
-                    raise
+            except kube.Conflict:  # it exists: replace it with this one
                 current = self.resource.read_device_class(name)
                 body["metadata"]["resourceVersion"] = current.metadata.resource_version
                 self.resource.replace_device_class(name, body)
@@ -248,9 +240,9 @@ class FakeDriver:
         """Remove every slice and DeviceClass of this instance (clean shutdown of a test driver)."""
         selector = f"{INSTANCE_LABEL}={self.config.instance}"
         for item in self.resource.list_resource_slice(label_selector=selector).items:
-            ignore_missing(self.resource.delete_resource_slice, item.metadata.name)
+            kube.ignore_missing(self.resource.delete_resource_slice, item.metadata.name)
         for item in self.resource.list_device_class(label_selector=selector).items:
-            ignore_missing(self.resource.delete_device_class, item.metadata.name)
+            kube.ignore_missing(self.resource.delete_device_class, item.metadata.name)
 
     def _device_types(self) -> dict[str, str]:
         types: dict[str, str] = {}
@@ -338,8 +330,8 @@ class FakeDriver:
                         continue
                     resource_version = obj.metadata.resource_version
                     source.on_event(event["type"], obj)
-            except ApiException as err:
-                if err.status == 410:  # too old: list again (what the missed events changed is in the list)
+            except kube.ApiError as err:
+                if kube.expired(err):  # too old: list again (what the missed events changed is in the list)
                     resource_version = None
                 elif not self._stop.is_set():
                     log.warning("watch %s failed: %s %s", source.name, err.status, err.reason)
@@ -449,7 +441,7 @@ class FakeDriver:
                     self.rejected[node] = err
                 retry_after = REJECTED_RETRY_SECONDS  # a changed profile or fault may fix it; keep trying, slowly
             except Exception as err:
-                detail = f"{err.status} {err.reason}" if isinstance(err, ApiException) else str(err)
+                detail = f"{err.status} {err.reason}" if isinstance(err, kube.ApiError) else str(err)
                 log.warning("reconcile %s failed: %s", node, detail)
                 self.errors.append(f"{node}: {detail}")
                 retry_after = RETRY_SECONDS
@@ -505,12 +497,11 @@ class FakeDriver:
                     with _refusal(node, body):
                         self._store(node, self.resource.replace_resource_slice(body["metadata"]["name"], body),
                                     sent=body)
-                except ApiException as err:
-                    if err.status == 409:
-                        self._refresh(node)  # someone wrote in between: re-read; the retry uses fresh state
+                except kube.Conflict:
+                    self._refresh(node)  # someone wrote in between: re-read; the retry uses fresh state
                     raise
             for name in plan.delete:
-                ignore_missing(self.resource.delete_resource_slice, name)
+                kube.ignore_missing(self.resource.delete_resource_slice, name)
                 with self._lock:
                     self._slices[node].pop(name, None)
 
@@ -541,8 +532,7 @@ class _refusal:
         return None
 
     def __exit__(self, kind, err, tb) -> None:
-        if isinstance(err, ApiException) and err.status and 400 <= err.status < 500 \
-                and err.status not in TRANSIENT_CLIENT_ERRORS:
+        if kube.refused(err):
             raise SliceRejected(self.node, self.body, err) from err
 
 
@@ -553,11 +543,3 @@ def _node_of(obj: dict) -> str:
     return (labels.get(variants.RENDERED_FOR_LABEL) or obj["spec"].get("nodeName") or labels.get(render.RENDERED_FOR_LABEL)
             or "")
 
-
-def ignore_missing(call, *args, **kwargs) -> None:
-    """Call a delete (or any API call); a 404 means the work is already done."""
-    try:
-        call(*args, **kwargs)
-    except ApiException as err:
-        if err.status != 404:
-            raise

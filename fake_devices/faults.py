@@ -13,9 +13,8 @@ import logging
 from typing import Any
 
 import kubernetes
-from kubernetes.client.rest import ApiException
 
-from fake_devices import faultkinds
+from fake_devices import faultkinds, kube
 from fake_devices.errors import InvalidInput
 
 log = logging.getLogger("fake_devices.faults")
@@ -44,12 +43,7 @@ def set_fault(core: kubernetes.client.CoreV1Api, namespace: str, configmap: str,
     if kind is not None and (problem := faultkinds.problem("--kind", kind)) is not None:
         raise InvalidInput([problem])
     for _ in range(10):  # optimistic concurrency: retry when another writer got there first
-        try:
-            cm = core.read_namespaced_config_map(configmap, namespace)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            cm = None
+        cm = kube.ignore_missing(core.read_namespaced_config_map, configmap, namespace)
         data = dict((cm.data or {}) if cm else {})
         faults = parse_faults(data.get(node, ""), f"ConfigMap {namespace}/{configmap} key {node}")
         if kind is None:
@@ -70,18 +64,16 @@ def set_fault(core: kubernetes.client.CoreV1Api, namespace: str, configmap: str,
                 body["metadata"]["resourceVersion"] = cm.metadata.resource_version
                 core.replace_namespaced_config_map(configmap, namespace, body)
             return faults
-        except ApiException as err:
-            if err.status != 409:
-                raise
+        except kube.Conflict:  # created or changed by another writer meanwhile: read again
+            continue
     raise RuntimeError(f"could not update ConfigMap {namespace}/{configmap}: too many concurrent writers")
 
 
 def _ensure_namespace(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
     try:
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    except ApiException as err:
-        if err.status != 409:
-            raise
+    except kube.Conflict:  # it exists
+        pass
 
 
 def taint_rule(name: str, effect: str, *, driver: str | None = None, pool: str | None = None,

@@ -41,9 +41,8 @@ from typing import Any
 
 import grpc
 import kubernetes
-from kubernetes.client.rest import ApiException
 
-from fake_devices import entrypoint, faultkinds
+from fake_devices import entrypoint, faultkinds, kube
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.faults import parse_faults
 from fake_devices.kubeletplugin.generated import (
@@ -281,7 +280,7 @@ class HealthMonitor:
             if current is None:
                 log.info("isolating %s: %s (%s)", body["metadata"]["annotations"][DEVICE_ANNOTATION],
                          body["spec"]["taint"]["effect"], body["metadata"]["annotations"][REASON_ANNOTATION])
-                _ignore(409, self.resource.create_device_taint_rule, body)
+                _ignore(kube.Conflict, self.resource.create_device_taint_rule, body)
                 continue
             taint, selector = current.spec.taint, current.spec.device_selector
             wanted_selector = body["spec"]["deviceSelector"]
@@ -293,17 +292,17 @@ class HealthMonitor:
                 body["metadata"]["resourceVersion"] = current.metadata.resource_version
                 # A new effect is a new taint: tolerationSeconds count from now.
                 body["spec"]["taint"]["timeAdded"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-                _ignore(409, self.resource.replace_device_taint_rule, name, body)
+                _ignore(kube.Conflict, self.resource.replace_device_taint_rule, name, body)
         for name, current in actual.items():
             if name not in desired:
                 log.info("recovered: deleting %s (%s)", name,
                          (current.metadata.annotations or {}).get(DEVICE_ANNOTATION, "?"))
-                _ignore(404, self.resource.delete_device_taint_rule, name)
+                kube.ignore_missing(self.resource.delete_device_taint_rule, name)
 
     def delete_own_rules(self) -> list[str]:
         deleted = []
         for name in self.own_rules():
-            _ignore(404, self.resource.delete_device_taint_rule, name)
+            kube.ignore_missing(self.resource.delete_device_taint_rule, name)
             deleted.append(name)
         return deleted
 
@@ -327,19 +326,19 @@ class HealthMonitor:
             try:
                 self.reconcile()
             except Exception as err:  # API hiccup: note it and try again soon
-                detail = f"{err.status} {err.reason}" if isinstance(err, ApiException) else str(err)
+                detail = f"{err.status} {err.reason}" if isinstance(err, kube.ApiError) else str(err)
                 log.warning("reconcile failed: %s; retrying in 1s", detail)
                 self.errors.append(detail)
                 self._stop.wait(1.0)
                 self._mark()
 
 
-def _ignore(status: int, call, *args):
+def _ignore(error: type[kube.ApiError], call, *args):
+    """The call's result, None when it failed with `error` (a rule someone else wrote meanwhile: the next
+    pass reads it)."""
     try:
         return call(*args)
-    except ApiException as err:
-        if err.status != status:
-            raise
+    except error:
         return None
 
 
@@ -405,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stopping = entrypoint.stop_on_signals()
     try:
-        api_client = entrypoint.api_client(args.kubeconfig)
+        api_client = kube.api_client(args.kubeconfig)
     except kubernetes.config.ConfigException as err:
         print(f"error: --kubeconfig: {err}", file=sys.stderr)
         return 2

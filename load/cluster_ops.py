@@ -11,10 +11,9 @@ import gevent
 import gevent.event
 import gevent.pool
 import kubernetes
-from kubernetes.client.rest import ApiException
 
 from fake_devices.config import PROFILE_LABEL
-from fake_devices.controller import ignore_missing
+from harness.k8s import errors
 from load.scenarios import LOAD_LABEL
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -67,8 +66,8 @@ class BindingWatch:
                     if pod.spec.node_name and pod.metadata.name not in self.bound_at:
                         self.bound_at[pod.metadata.name] = time.monotonic()
                         self._changed.set()
-            except ApiException as err:
-                if err.status != 410:
+            except errors.ApiError as err:
+                if not errors.expired(err):
                     self.error = f"the pod watch failed: {err.status} {err.reason}"
                     return
                 self.restarts += 1
@@ -130,7 +129,7 @@ def explain_unbound(core, namespace: str, watch: BindingWatch, since: float, que
     seen.append(f"watch: {watch.events_seen} pod events, last {quiet}, {watch.restarts} restarts")
     try:
         pods = core.list_namespaced_pod(namespace, label_selector=LOAD_LABEL).items
-    except (ApiException, OSError) as err:
+    except (errors.ApiError, OSError) as err:
         return "; ".join(seen + [f"listing pods failed: {err}"])
     bound_unseen = sorted(p.metadata.name for p in pods if p.spec.node_name and p.metadata.name not in watch.bound_at)
     if bound_unseen:
@@ -209,10 +208,10 @@ def _create_with_retry(core, namespace: str, body: dict) -> None:
         try:
             core.create_namespaced_pod(namespace, body)
             return
-        except ApiException as err:
-            if err.status == 409:
-                return
-            if err.status in (429, 500, 503) and attempt < 7:
+        except errors.Conflict:
+            return  # already there (a retried create)
+        except errors.ApiError as err:
+            if errors.busy(err) and attempt < 7:
                 gevent.sleep(0.1 * 2 ** attempt)
                 continue
             raise
@@ -272,7 +271,7 @@ def cleanup(core, resource, namespace: str, label: str = "true") -> None:
     labelled with this run's `label` only, so runs sharing a cluster never remove each other's."""
     selector = f"{LOAD_LABEL}={label}"
     for rule in resource.list_device_taint_rule(label_selector=selector).items:
-        ignore_missing(resource.delete_device_taint_rule, rule.metadata.name)
+        errors.ignore_missing(resource.delete_device_taint_rule, rule.metadata.name)
     for cls in resource.list_device_class(label_selector=selector).items:
-        ignore_missing(resource.delete_device_class, cls.metadata.name)
-    ignore_missing(core.delete_namespace, namespace)
+        errors.ignore_missing(resource.delete_device_class, cls.metadata.name)
+    errors.ignore_missing(core.delete_namespace, namespace)

@@ -30,8 +30,8 @@ from locust.runners import MasterRunner, WorkerRunner
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from fake_devices import keyfiles
-from fake_devices.controller import ignore_missing
 from harness.core import conditions
+from harness.k8s import errors
 from harness.k8s.client import https_get, tls_context
 from load import cluster_ops as ops
 from load import metrics, scenarios, throughput
@@ -122,9 +122,8 @@ def _setup(environment, **_) -> None:
     STATE["metrics_before"] = _scrape(options)
     try:
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    except kubernetes.client.rest.ApiException as err:
-        if err.status != 409:
-            raise
+    except errors.Conflict:  # it exists
+        pass
     ops.wait_until("the namespace's default ServiceAccount",
                    lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(namespace).items), 60)
     gpu_class = f"{options.driver_instance}-gpu"
@@ -483,7 +482,7 @@ class EventFailed(Exception):
 
 
 def _error_text(err: Exception) -> str:
-    if isinstance(err, kubernetes.client.rest.ApiException):
+    if isinstance(err, errors.ApiError):
         return f"{err.status} {err.reason}" + (f" ({' '.join(str(err.body).split())[:200]})" if err.body else "")
     return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
@@ -507,8 +506,10 @@ class DeviceFreedUser(DRAUser):
         pod = self.target
         try:
             STATE["core"].read_namespaced_pod(pod, STATE["namespace"])
-        except kubernetes.client.rest.ApiException as err:
-            return "" if err.status == 404 else f"reading {pod}: {err.status}"
+        except errors.NotFound:
+            return ""
+        except errors.ApiError as err:
+            return f"reading {pod}: {err.status}"
         return f"the deleted pod {pod} still exists, so its device is not free yet"
 
 
@@ -561,7 +562,7 @@ class ThroughputUser(User):
         issued = time.monotonic()
         try:
             STATE["core"].create_namespaced_pod(STATE["namespace"], _burst_pod(self.environment.parsed_options, name))
-        except kubernetes.client.rest.ApiException as err:  # the pod cannot count: the run will fail, saying so
+        except errors.ApiError as err:  # the pod cannot count: the run will fail, saying so
             STATE["create_failed"][name] = f"create failed: {err.status} {err.reason}"
             self.environment.events.request.fire(request_type="throughput", name="create", context={},
                                                  response_time=(time.monotonic() - issued) * 1000,
@@ -614,4 +615,4 @@ class SteadyStateUser(DRAUser):
         return {self.target}
 
     def _after_bound(self) -> None:
-        ignore_missing(STATE["core"].delete_namespaced_pod, self.target, STATE["namespace"], grace_period_seconds=0)
+        errors.ignore_missing(STATE["core"].delete_namespaced_pod, self.target, STATE["namespace"], grace_period_seconds=0)

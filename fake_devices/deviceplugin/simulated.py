@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import kubernetes
 
+from fake_devices import kube
+
 
 def _patch(core: kubernetes.client.CoreV1Api, node: str, resource: str, value: str | None) -> None:
     body = {"status": {"capacity": {resource: value}, "allocatable": {resource: value}}}
@@ -27,11 +29,7 @@ def withdraw(core: kubernetes.client.CoreV1Api, node: str, resource: str) -> Non
 
 
 def remove(core: kubernetes.client.CoreV1Api, node: str, resource: str) -> None:
-    try:
-        _patch(core, node, resource, None)
-    except kubernetes.client.ApiException as err:
-        if err.status != 404:  # the node is gone: nothing left to undo
-            raise
+    kube.ignore_missing(_patch, core, node, resource, None)  # a node that is gone: nothing left to undo
 
 
 def allocatable(node, resource: str) -> int | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import kubernetes
 
-from fake_devices import entrypoint
+from fake_devices import entrypoint, kube
 from fake_devices.errors import InvalidInput
 from fake_devices.kubeletplugin.checkpoint import CheckpointError
 from fake_devices.kubeletplugin.config import DEFAULT_MAX_MESSAGE_BYTES, DEFECTS, PluginConfig
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                           defects=frozenset(args.defect))
     stopping = entrypoint.stop_on_signals()
     try:
-        api_client = entrypoint.api_client(args.kubeconfig, pool_size=32)
+        api_client = kube.api_client(args.kubeconfig, pool_size=32)
         plugin = KubeletPlugin(config, api_client).start()
     except (InvalidInput, CheckpointError, PluginError, kubernetes.config.ConfigException) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kubernetes.client.rest import ApiException
-
+from fake_devices import kube
 from fake_devices.kubeletplugin import cdi, claims, files
 from fake_devices.kubeletplugin.cdi import AllocatedDevice, ClaimRef
 from fake_devices.kubeletplugin.checkpoint import Checkpoint
@@ -67,7 +66,7 @@ class Preparer:
                  defects: frozenset[str] = frozenset()):
         self.driver, self.node = driver, node
         self.cdi_dir = Path(cdi_dir)
-        self._read_claim = read_claim  # (namespace, name) -> the claim as a dict; raises ApiException
+        self._read_claim = read_claim  # (namespace, name) -> the claim as a dict; raises kube.ApiError
         self.inventory = inventory
         self.checkpoint = checkpoint
         self._node_labels = node_labels
@@ -141,9 +140,9 @@ class Preparer:
     def _get_claim(self, ref: ClaimRef) -> dict:
         try:
             return self._read_claim(ref.namespace, ref.name)
-        except ApiException as err:
-            if err.status == 404:
-                raise claims.ClaimError(f"{claims.describe(ref)} not found: it was deleted (or never existed)") from None
+        except kube.NotFound:
+            raise claims.ClaimError(f"{claims.describe(ref)} not found: it was deleted (or never existed)") from None
+        except kube.ApiError as err:
             raise claims.ClaimError(f"cannot read {claims.describe(ref)}: {err.status} {err.reason}") from None
         except (OSError, ValueError) as err:  # connection problems, a garbled answer
             raise claims.ClaimError(f"cannot read {claims.describe(ref)}: {err}") from None

@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 import logging
 
-from kubernetes.client.rest import ApiException
-
+from fake_devices import kube, render
 from fake_devices import profile as profiles
-from fake_devices import render
-from fake_devices.controller import SliceRejected, ignore_missing
+from fake_devices.controller import SliceRejected
 
 log = logging.getLogger("fake_devices.kubeletplugin")
 # The fake-driver instance label of self-published slices: no controller instance has this name, so
@@ -66,9 +64,9 @@ class SlicePublisher:
         when the node goes away)."""
         try:
             return self.core.read_node(self.node, _request_timeout=30).metadata.uid
-        except ApiException as err:
-            if err.status == 404:
-                raise PublishError(f"node {self.node} not found: cannot publish its ResourceSlices") from None
+        except kube.NotFound:
+            raise PublishError(f"node {self.node} not found: cannot publish its ResourceSlices") from None
+        except kube.ApiError as err:
             raise PublishError(f"cannot read node {self.node}: {_text(err)}") from None
         except Exception as err:
             raise PublishError(f"cannot read node {self.node}: {_text(err)}") from None
@@ -90,7 +88,7 @@ class SlicePublisher:
                     body = {**body, "metadata": {**body["metadata"],
                                                  "resourceVersion": old["metadata"]["resourceVersion"]}}
                     self.resource.replace_resource_slice(name, body, _preload_content=False, _request_timeout=30)
-            except ApiException as err:
+            except kube.ApiError as err:
                 raise PublishError(str(SliceRejected(self.node, body, err))) from None
             except Exception as err:
                 raise PublishError(f"cannot write ResourceSlice {name} (node {self.node}, driver {self.driver}): "
@@ -98,7 +96,7 @@ class SlicePublisher:
         stale = sorted(set(existing) - {body["metadata"]["name"] for body in desired})
         for name in stale:
             try:
-                ignore_missing(self.resource.delete_resource_slice, name, _request_timeout=30)
+                kube.ignore_missing(self.resource.delete_resource_slice, name, _request_timeout=30)
             except Exception as err:
                 raise PublishError(f"cannot delete stale ResourceSlice {name} (node {self.node}, driver "
                                    f"{self.driver}): {_text(err)}") from None
@@ -110,6 +108,6 @@ class SlicePublisher:
 
 def _text(err: Exception) -> str:
     """An API error as its status (the body is often a whole HTML page or Status), others with their type."""
-    if isinstance(err, ApiException):
+    if isinstance(err, kube.ApiError):
         return f"{err.status} {err.reason}"
     return f"{type(err).__name__}: {err}"

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import kubernetes
 import yaml
-from kubernetes.client.rest import ApiException
 
 from harness.backends import manifests
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
@@ -38,6 +37,7 @@ from harness.core import paths
 from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, Problem
 from harness.core.files import write_atomic
 from harness.core.progress import Reporter
+from harness.k8s import errors
 from harness.k8s.client import Clients
 
 STATE_FILE = "state.yaml"
@@ -165,12 +165,10 @@ class ExistingBackend(Backend):
     def _check_cluster(self, clients, name: str) -> str:
         """Refuse to deploy over a fake driver someone else installed; return the namespace's state."""
         try:
-            role = clients.rbac.read_cluster_role("dra-harness-fake-devices-controller")
-        except ApiException as err:
-            if err.status != 404:
-                raise HarnessError(f"cannot read ClusterRoles: {err.status} {err.reason}",
-                                   hint="deploying the fake driver needs cluster-admin rights") from None
-            role = None
+            role = errors.ignore_missing(clients.rbac.read_cluster_role, "dra-harness-fake-devices-controller")
+        except errors.ApiError as err:
+            raise HarnessError(f"cannot read ClusterRoles: {err.status} {err.reason}",
+                               hint="deploying the fake driver needs cluster-admin rights") from None
         if role is not None:
             owner = (role.metadata.labels or {}).get(manifests.DEPLOYED_BY_LABEL)
             raise HarnessError(

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import kubernetes
 import yaml
-from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
 import harness
@@ -31,6 +30,7 @@ from fake_devices import render
 from fake_devices.config import DEVICE_TYPES, PROFILE_LABEL
 from harness.backends.commands import command
 from harness.core.errors import ConfigError, HarnessError, Problem
+from harness.k8s import errors
 from harness.k8s.nodes import is_ready, why_not_ready
 from harness.k8s.wait import describe_namespace, until
 
@@ -368,12 +368,9 @@ def _apps(clients):
 
 def namespace_state(clients) -> str:
     """'absent', 'ours' (created by some dra-harness up) or 'foreign' (someone else's)."""
-    try:
-        namespace = clients.core.read_namespace(NAMESPACE)
-    except ApiException as err:
-        if err.status == 404:
-            return "absent"
-        raise
+    namespace = errors.ignore_missing(clients.core.read_namespace, NAMESPACE)
+    if namespace is None:
+        return "absent"
     return "ours" if DEPLOYED_BY_LABEL in (namespace.metadata.labels or {}) else "foreign"
 
 
@@ -403,7 +400,7 @@ def leftovers(clients, deployed_by: str) -> list[str]:
     for kind, listing in listings:
         try:
             items = listing().items
-        except ApiException as err:
+        except errors.ApiError as err:
             found.append(f"{kind}: cannot list ({err.status} {err.reason})")
             continue
         found += [f"{kind} {item.metadata.name}" for item in items

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from kubernetes.client.rest import ApiException
 from rich.console import Console
 from rich.table import Table
 
@@ -16,6 +15,7 @@ from fake_devices.errors import InvalidInput, Problem
 from fake_devices.schema import DNS_LABEL, DNS_SUBDOMAIN
 from harness.backends.local import state
 from harness.config import cluster as cluster_config
+from harness.k8s import errors
 from harness.k8s.client import connect
 
 
@@ -166,12 +166,8 @@ def _check_device(clients, args, configmap: str) -> None:
     for item in slices:
         names = devices.setdefault(item.spec.node_name or "", [])
         names += [d.name for d in item.spec.devices or []]
-    try:
-        data = clients.core.read_namespaced_config_map(configmap, args.namespace).data or {}
-    except ApiException as err:
-        if err.status != 404:
-            raise
-        data = {}
+    found = errors.ignore_missing(clients.core.read_namespaced_config_map, configmap, args.namespace)
+    data = (found.data or {}) if found is not None else {}
     faulted = faults.parse_faults(data.get(args.node, ""), f"ConfigMap {args.namespace}/{configmap} key {args.node}")
     if args.node not in devices and not faulted:
         nodes = sorted(n for n in devices if n)

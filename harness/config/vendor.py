@@ -31,7 +31,6 @@ started.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -40,13 +39,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubernetes.client.rest import ApiException
-
 from fake_devices import yamlfile
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.schema import DNS_SUBDOMAIN, Reader, read_header
 from harness.binaries import host_platform
 from harness.core import paths
+from harness.k8s import errors
 
 KIND = "VendorDriver"
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
@@ -411,9 +409,9 @@ def check_against_cluster(vendor: VendorDriver, k8s, *, manifests_installed: boo
                 continue
             try:
                 checked = k8s.resource.create_device_class(manifest.body, dry_run="All")
-            except ApiException as err:
+            except errors.ApiError as err:
                 problems.append(Problem(source, where, f"{manifest.path}: the API server refuses it: "
-                                        f"{_api_message(err)}", f"a valid {MANIFEST_API_VERSION} {manifest.kind}"))
+                                        f"{errors.message(err)[:500]}", f"a valid {MANIFEST_API_VERSION} {manifest.kind}"))
                 continue
             classes[manifest.name] = checked
     for kind, name in sorted(vendor.device_classes.items()):
@@ -434,7 +432,7 @@ def check_against_cluster(vendor: VendorDriver, k8s, *, manifests_installed: boo
     if vendor.node_selector:
         try:
             selected = k8s.core.list_node(label_selector=vendor.node_selector).items
-        except ApiException as err:
+        except errors.ApiError as err:
             problems.append(Problem(source, "spec.nodeSelector", f"{vendor.node_selector!r} is refused by the API "
                                     f"server: {err.reason}", "a Kubernetes label selector"))
         else:
@@ -457,9 +455,3 @@ def check_against_cluster(vendor: VendorDriver, k8s, *, manifests_installed: boo
     if problems:
         raise InvalidInput(problems)
 
-
-def _api_message(err) -> str:
-    try:
-        return str(json.loads(err.body).get("message") or err.reason)[:500]
-    except (TypeError, ValueError):
-        return str(err.reason)

@@ -21,15 +21,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import kubernetes
-from kubernetes.client.rest import ApiException
 
 from fake_devices import config as driver_config
 from fake_devices import keyfiles
 from fake_devices.config import PROFILE_LABEL
-from fake_devices.controller import INSTANCE_LABEL, FakeDriver, PublishError, ignore_missing
+from fake_devices.controller import INSTANCE_LABEL, FakeDriver, PublishError
 from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
-from harness.k8s import wait
+from harness.k8s import errors, wait
 from load.scenarios import LOAD_LABEL, Placement
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # KWOK's own selector: a cluster running KWOK keeps these Ready
@@ -77,7 +76,7 @@ class GuestRun:
             for name in names:
                 try:
                     self.core.create_node(node_manifest(name, self.placement, self.with_devices))
-                except ApiException as err:
+                except errors.ApiError as err:
                     raise HarnessError(f"creating node {name} was refused: {err.status} {err.reason}",
                                        hint="a load run on a given cluster creates its own Node, DeviceClass, "
                                             "ResourceSlice and DeviceTaintRule objects and a namespace: it needs "
@@ -110,20 +109,20 @@ class GuestRun:
         selector = f"{LOAD_LABEL}={self.placement.run_label}"
         namespace = self.placement.namespace
         for rule in self.resource.list_device_taint_rule(label_selector=selector).items:
-            ignore_missing(self.resource.delete_device_taint_rule, rule.metadata.name)
+            errors.ignore_missing(self.resource.delete_device_taint_rule, rule.metadata.name)
         for cls in self.resource.list_device_class(label_selector=selector).items:
-            ignore_missing(self.resource.delete_device_class, cls.metadata.name)
+            errors.ignore_missing(self.resource.delete_device_class, cls.metadata.name)
         # The pods first, at once: on nodes without a kubelet nobody would confirm a graceful deletion.
-        ignore_missing(self.core.delete_collection_namespaced_pod, namespace, grace_period_seconds=0)
-        ignore_missing(self.core.delete_namespace, namespace)
+        errors.ignore_missing(self.core.delete_collection_namespaced_pod, namespace, grace_period_seconds=0)
+        errors.ignore_missing(self.core.delete_namespace, namespace)
         for node in self.core.list_node(label_selector=selector).items:
-            ignore_missing(self.core.delete_node, node.metadata.name)
+            errors.ignore_missing(self.core.delete_node, node.metadata.name)
         if self.driver is not None:
             self.driver.stop(delete_slices=True)  # its slices and its DeviceClass
         else:  # start() failed before the driver ran: its class may exist all the same
             for cls in self.resource.list_device_class(
                     label_selector=f"{INSTANCE_LABEL}={self.placement.driver_instance}").items:
-                ignore_missing(self.resource.delete_device_class, cls.metadata.name)
+                errors.ignore_missing(self.resource.delete_device_class, cls.metadata.name)
 
     def leftovers(self) -> list[str]:
         """What of the run is still in the cluster, one description per kind of object."""

@@ -15,10 +15,10 @@ from pathlib import Path
 import kubernetes
 import urllib3
 import yaml
-from kubernetes.client.rest import ApiException
 
 from fake_devices import keyfiles
 from harness.core.errors import ConfigError, Problem
+from harness.k8s import errors
 
 # A kubeconfig is a few KiB; anything much bigger is not one (a log, /dev/zero), and is not read whole.
 MAX_KUBECONFIG_BYTES = 4 << 20
@@ -86,7 +86,7 @@ def check_reachable(clients: "Clients", where: str) -> None:
     its credentials, is refused like any other bad input (ConfigError naming `where` and the server)."""
     try:
         clients.version.get_code(_request_timeout=PROBE_TIMEOUT)
-    except ApiException as err:
+    except errors.ApiError as err:
         answer = f"{err.status} {err.reason}"
         problem = (f"the API server {clients.server} does not accept these credentials ({answer})"
                    if err.status in (401, 403) else f"the API server {clients.server} answered {answer}")
@@ -156,7 +156,7 @@ class Clients:
         url = (server or self.server) + path
         status, body = https_get(url, self.tls)
         if status != 200:
-            raise ApiException(status=status, reason=f"GET {url}: {body[:200]}")
+            raise errors.from_status(status, f"GET {url}: {body[:200]}")
         return body
 
     def close(self) -> None:

@@ -8,8 +8,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from kubernetes.client.rest import ApiException
-
+from harness.k8s import errors
 from harness.k8s.client import Clients
 
 _FEATURE = re.compile(r'^kubernetes_feature_enabled\{name="([^"]+)",stage="([^"]*)"\} (\S+)$', re.M)
@@ -39,7 +38,7 @@ def discover(k8s: Clients) -> ClusterFacts:
         for name, stage, value in _FEATURE.findall(k8s.get_raw("/metrics")):
             gates[name] = float(value) == 1.0
             stages[name] = stage
-    except (ApiException, OSError):
+    except (errors.ApiError, OSError):
         pass  # not allowed to read metrics: gates stay unknown, nothing is skipped for them
     apis: set[str] = set()
     groups = json.loads(k8s.get_raw("/apis"))["groups"]

@@ -10,11 +10,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
-from fake_devices.controller import ignore_missing
 from harness.core.errors import HarnessError
 from harness.k8s.client import Clients
+from harness.k8s.errors import ApiError, NotFound, ignore_missing
 
 
 class WaitTimeout(HarnessError, AssertionError):
@@ -36,13 +34,13 @@ def until(what: str, check: Callable[[], Any], timeout: float, *, interval: floa
           diagnostics: Callable[[], str] | None = None) -> Any:
     """Call `check` until it returns something truthy; return that. Raise WaitTimeout at the deadline."""
     deadline = time.monotonic() + timeout
-    last_error: ApiException | None = None
+    last_error: ApiError | None = None
     while True:
         try:
             result = check()
             if result:
                 return result
-        except ApiException as err:  # transient API errors are retried until the deadline
+        except ApiError as err:  # transient API errors are retried until the deadline
             last_error = err
         for abort in list(_abort_checks):
             abort()
@@ -67,10 +65,8 @@ def service_account_ready(k8s: Clients, namespace: str, timeout: float = 30) -> 
         try:
             k8s.core.read_namespaced_service_account("default", namespace)
             return True
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
+        except NotFound:
+            return False
 
     until(f"ServiceAccount {namespace}/default", exists, timeout)
 
@@ -135,9 +131,10 @@ class CreatedObjects:
         for what, delete in reversed(self._deleters):
             try:
                 delete()
-            except ApiException as err:
-                if err.status != 404:
-                    errors.append(f"{what}: {err.status} {err.reason}")
+            except NotFound:
+                pass
+            except ApiError as err:
+                errors.append(f"{what}: {err.status} {err.reason}")
         self._deleters.clear()
         if errors:
             raise HarnessError("clean-up failed: " + "; ".join(errors))

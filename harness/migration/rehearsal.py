@@ -20,9 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kubernetes.client.rest import ApiException
-
-from harness.k8s import wait
+from harness.k8s import errors, wait
 from harness.k8s.client import Clients
 from harness.migration import workload
 
@@ -301,8 +299,8 @@ class Rehearsal:
             self._check_stop()
             try:
                 pod = self.k8s.core.read_namespaced_pod(name, self.namespace)
-            except ApiException as err:
-                if err.status == 404 and record.evicted_in is not None:
+            except errors.NotFound:
+                if record.evicted_in is not None:
                     return _EVICTED  # a drain deleted it after it was bound there, before it ran
                 raise
             return pod if pod.status and pod.status.phase == "Running" else None
@@ -332,12 +330,9 @@ class Rehearsal:
 
     def _claim_devices(self, pod) -> list[tuple[str, str, str]]:
         claim_name = pod.status.extended_resource_claim_status.resource_claim_name
-        try:
-            claim = self.k8s.resource.read_namespaced_resource_claim(claim_name, self.namespace)
-        except ApiException as err:
-            if err.status == 404:  # the pod was already retired
-                return []
-            raise
+        claim = errors.ignore_missing(self.k8s.resource.read_namespaced_resource_claim, claim_name, self.namespace)
+        if claim is None:  # the pod was already retired
+            return []
         allocation = claim.status.allocation if claim.status else None
         return [(r.driver, r.pool, r.device) for r in (allocation.devices.results if allocation else [])]
 

@@ -11,6 +11,7 @@ import threading
 
 import kubernetes
 
+from harness.k8s import errors
 from harness.k8s.client import Clients
 
 CLAIM_MODEL = "ResourceV1ResourceClaim"
@@ -58,8 +59,8 @@ class AllocatedDrivers:
                         self.drivers |= _drivers(obj)
                     if self._stop.is_set():
                         return
-            except kubernetes.client.ApiException as error:
-                if error.status == 410 and not self._stop.is_set():
+            except errors.ApiError as error:
+                if errors.expired(error) and not self._stop.is_set():
                     # The version got compacted away while the test was quiet (each watch ends after 10 s
                     # and resumes from the last event's version): relist and go on from there.
                     version = self._relist()

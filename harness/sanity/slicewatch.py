@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 
 import kubernetes
-from kubernetes.client.rest import ApiException
+
+from harness.k8s import errors
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,8 @@ class SliceWatch:
                     self._record(event["type"], obj)
                     if self._stop.is_set():
                         break
-            except ApiException as err:
-                if err.status == 410:  # too old: list again (a gap the checks cannot judge: say so)
+            except errors.ApiError as err:
+                if errors.expired(err):  # too old: list again (a gap the checks cannot judge: say so)
                     version = None
                     self.error = "the watch was restarted (410 Gone): events in between may be missing"
                     continue

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-from kubernetes.client.rest import ApiException
 
 from harness import backends
 from harness.backends.base import Backend, ClusterSpec
@@ -33,7 +32,7 @@ from harness.backends.local.vendor_plugin import VendorPlugin
 from harness.config.vendor import VendorDriver
 from harness.core.errors import ConfigError, HarnessError, Problem
 from harness.core.progress import Reporter
-from harness.k8s import wait
+from harness.k8s import errors, wait
 from harness.k8s.client import Clients
 from harness.sanity import kubelet
 from harness.sanity.kubelet import ClaimRef
@@ -301,13 +300,8 @@ class SanityTarget:
         wait.ignore_not_found(self._k8s().resource.delete_namespaced_resource_claim, ref.name, NAMESPACE)
 
         def gone() -> bool:
-            try:
-                found = self._k8s().resource.read_namespaced_resource_claim(ref.name, NAMESPACE)
-            except ApiException as err:
-                if err.status == 404:
-                    return True
-                raise
-            return found.metadata.uid != ref.uid
+            found = errors.ignore_missing(self._k8s().resource.read_namespaced_resource_claim, ref.name, NAMESPACE)
+            return found is None or found.metadata.uid != ref.uid
 
         wait.until(f"claim {ref} to be deleted", gone, ALLOCATE_TIMEOUT,
                    diagnostics=lambda: wait.describe_namespace(self._k8s(), NAMESPACE))

@@ -84,10 +84,10 @@ def test_a_live_process_keeps_its_directory(fresh):
 
 
 def test_the_fake_drivers_processes_use_it_too(fresh):
-    """fake_devices.entrypoint (driver, kubelet plugin, health monitor), killed: nothing loose in TMPDIR."""
+    """fake_devices.kube.api_client (driver, kubelet plugin, health monitor), killed: nothing loose in TMPDIR."""
     env = {**os.environ, "TMPDIR": str(fresh / "tmp"), "PYTHONPATH": str(REPO)}
-    code = ("import os, signal\nfrom fake_devices import entrypoint\n"
-            f"print(entrypoint.api_client({str(fresh / 'kc')!r}).configuration.key_file, flush=True)\n"
+    code = ("import os, signal\nfrom fake_devices import kube\n"
+            f"print(kube.api_client({str(fresh / 'kc')!r}).configuration.key_file, flush=True)\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n")
     killed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert killed.returncode == -signal.SIGKILL, killed.stderr

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from kubernetes.client.rest import ApiException
 
+from fake_devices import kube
 from fake_devices.errors import InvalidInput
 from fake_devices.kubeletplugin import __main__ as plugin_main
 from fake_devices.kubeletplugin import cdi, claims, plugin, servicers
@@ -169,7 +169,7 @@ class StubAPI:
     def read(self, namespace, name):
         self.reads += 1
         if (namespace, name) not in self.claims:
-            raise ApiException(status=404, reason="Not Found")
+            raise kube.NotFound(status=404, reason="Not Found")  # what the client raises for a 404
         return json.loads(json.dumps(self.claims[(namespace, name)]))
 
 

@@ -13,7 +13,6 @@ from types import SimpleNamespace
 import grpc
 import kubernetes
 import pytest
-from kubernetes.client.rest import ApiException
 
 from fake_devices import profile as profiles
 from fake_devices import render
@@ -22,14 +21,15 @@ from fake_devices.kubeletplugin import plugin
 from fake_devices.kubeletplugin.config import PluginConfig
 from fake_devices.kubeletplugin.generated import dra_health_v1_pb2, dra_health_v1_pb2_grpc
 from fake_devices.kubeletplugin.publisher import PUBLISHER_INSTANCE, PublishError, SlicePublisher
+from harness.k8s import errors
 
 DOMAIN, NODE = "test.example.com", "node-a"
 GPU, NIC = f"gpu.{DOMAIN}", f"nic.{DOMAIN}"
 NODE_UID = "5b9e0c1a-0000-4000-8000-000000000001"
 
 
-def api_error(status: int, reason: str, body: dict | None = None) -> ApiException:
-    err = ApiException(status=status, reason=reason)
+def api_error(status: int, reason: str, body: dict | None = None) -> errors.ApiError:
+    err = errors.from_status(status, reason)  # typed by status, as the client raises it
     err.body = json.dumps(body) if body else None
     return err
 
@@ -40,7 +40,7 @@ class FakeResource:
     def __init__(self, *slices: dict):
         self.slices: dict[str, dict] = {}
         self.calls: list[tuple] = []
-        self.refuse: dict[str, ApiException] = {}  # slice name -> error of its write
+        self.refuse: dict[str, errors.ApiError] = {}  # slice name -> error of its write
         self.on_write = lambda: None
         self._version = 100
         for obj in slices:

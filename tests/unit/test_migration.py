@@ -127,7 +127,7 @@ def test_the_stream_must_fit_beside_the_node_being_migrated():
 def test_a_pod_a_drain_deleted_before_it_ran_is_counted_as_evicted_not_a_failure():
     """Seen under load: the drain deletes a device-plugin pod bound to the node just before it ran;
     the stream's wait then read 404 and ended the whole rehearsal with an API error."""
-    from kubernetes.client.rest import ApiException
+    from harness.k8s import errors
 
     nodes = [MigrationNode("a", "tiny", 2), MigrationNode("b", "tiny", 2)]
     bound = SimpleNamespace(metadata=SimpleNamespace(name="workload-004"),
@@ -143,7 +143,7 @@ def test_a_pod_a_drain_deleted_before_it_ran_is_counted_as_evicted_not_a_failure
             if not run.pods[0].evicted_in:
                 run._mark_evicted(bound, 1)  # the drain of phase 1 took it
                 return bound
-            raise ApiException(status=404, reason="Not Found")
+            raise errors.from_status(404, "Not Found")
 
     run = Rehearsal(SimpleNamespace(core=Core()), "ns", "example.com/gpu", "img", nodes, None, None,  # type: ignore[arg-type]
                     in_flight=1, pod_timeout=5)

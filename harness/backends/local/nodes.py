@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass, field
 
 import kubernetes
-from kubernetes.client.rest import ApiException
 
 from fake_devices.config import PROFILE_LABEL
 from fake_devices.schema import quantity_value
 from harness.backends.local.components import KWOK_NODE_ANNOTATION
 from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
+from harness.k8s import errors
 from harness.k8s.nodes import is_ready
 
 POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
@@ -102,10 +102,10 @@ def create(core: kubernetes.client.CoreV1Api, specs: list[NodeSpec], reporter: R
             try:
                 core.create_node(spec.manifest(), _request_timeout=CREATE_TIMEOUT)
                 return
-            except ApiException as err:
-                if err.status == 409:
-                    return  # already there (a retried create)
-                if err.status in (429, 500, 503, 504) and attempt < 4:
+            except errors.Conflict:
+                return  # already there (a retried create)
+            except errors.ApiError as err:
+                if errors.busy(err) and attempt < 4:
                     time.sleep(0.2 * 2 ** attempt)
                     continue
                 raise HarnessError(f"creating node {spec.name} failed: {err.status} {err.reason}: "

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import psutil
 from kubernetes.client import V1DeleteOptions
-from kubernetes.client.rest import ApiException
 
 from harness.backends.local import process, state
 from harness.backends.local.realnode import plugins
@@ -31,6 +30,7 @@ from harness.backends.local.state import ClusterState
 from harness.config.vendor import Manifest, VendorDriver
 from harness.core.errors import ComponentError, ConfigError, HarnessError, Problem
 from harness.core.nodelayout import RealNodeRecord, records
+from harness.k8s import errors
 from harness.k8s.client import Clients
 
 # The suite's options (harness.pytest_plugin) that hand it what a run set up: an explicit argument
@@ -308,15 +308,16 @@ class VendorSetup:
                         try:
                             clients.resource.delete_collection_resource_slice(
                                 field_selector=f"spec.driver={driver},spec.nodeName={plugin.node}")
-                        except ApiException as err:
+                        except errors.ApiError as err:
                             leftovers.append(f"ResourceSlices of {driver} on {plugin.node}: {err.status} {err.reason}")
                 for manifest, uid in self.created:
                     try:
                         clients.resource.delete_device_class(manifest.name,
                                                              body=V1DeleteOptions(preconditions={"uid": uid}))
-                    except ApiException as err:
-                        if err.status not in (404, 409):  # gone already, or no longer ours
-                            leftovers.append(f"{manifest.kind} {manifest.name}: {err.status} {err.reason}")
+                    except (errors.NotFound, errors.Conflict):
+                        pass  # gone already, or no longer ours (the uid precondition)
+                    except errors.ApiError as err:
+                        leftovers.append(f"{manifest.kind} {manifest.name}: {err.status} {err.reason}")
             finally:
                 clients.close()
             self.created.clear()
