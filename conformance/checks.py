@@ -8,11 +8,9 @@ import threading
 import time
 from typing import Any
 
-import kubernetes
-
 from conformance import objects
 from conformance.objects import ENV_DONE
-from harness.k8s import errors, wait
+from harness.k8s import api, errors, wait
 from harness.k8s.client import Clients
 
 
@@ -212,7 +210,7 @@ class PodHistory:
         self.events: list[tuple[float, str, Any]] = []  # (monotonic time, event type, pod)
         self._changed = threading.Condition()
         self._stop = threading.Event()
-        self._watch: kubernetes.watch.Watch | None = None
+        self._watch: api.Watch | None = None
         self._thread: threading.Thread | None = None
         self.error: Exception | None = None
 
@@ -232,7 +230,7 @@ class PodHistory:
 
     def _run(self, version: str) -> None:
         while not self._stop.is_set():
-            self._watch = kubernetes.watch.Watch()
+            self._watch = api.Watch()
             try:
                 for event in self._watch.stream(self.k8s.core.list_namespaced_pod, self.namespace,
                                                 resource_version=version, timeout_seconds=20,

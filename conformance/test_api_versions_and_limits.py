@@ -10,11 +10,10 @@ sit under `basic`, and a request's fields are not wrapped in `exactly`.
 
 from __future__ import annotations
 
-import kubernetes
 import pytest
 
 from conformance import checks, objects
-from harness.k8s import wait
+from harness.k8s import api, wait
 
 pytestmark = pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
 
@@ -26,9 +25,9 @@ MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_REQUESTS = 32
 
 OLDER_VERSIONS = [
-    pytest.param("v1beta1", kubernetes.client.ResourceV1beta1Api,
+    pytest.param("v1beta1", api.ResourceV1beta1Api,
                  marks=pytest.mark.requires_api("resource.k8s.io/v1beta1"), id="v1beta1"),
-    pytest.param("v1beta2", kubernetes.client.ResourceV1beta2Api,
+    pytest.param("v1beta2", api.ResourceV1beta2Api,
                  marks=pytest.mark.requires_api("resource.k8s.io/v1beta2"), id="v1beta2"),
 ]
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 import threading
 import time
 
-import kubernetes
 import pytest
 
 from conformance import checks, objects
-from harness.k8s import wait
+from harness.k8s import api, wait
 from harness.pytest_plugin.allocations import CLAIM_MODEL  # the client's name for the v1 ResourceClaim
 
 BINDING = pytest.mark.dra_feature("DRADeviceBindingConditions", maturity="beta")
@@ -54,7 +53,7 @@ class ClaimHistory:
         self.k8s, self.namespace = k8s, namespace
         self.states: list[tuple[float, object]] = []
         self._stop = threading.Event()
-        self._watch = kubernetes.watch.Watch(return_type=CLAIM_MODEL)
+        self._watch = api.Watch(return_type=CLAIM_MODEL)
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"claim-history-{namespace}")
 
     def __enter__(self) -> "ClaimHistory":
@@ -77,7 +76,7 @@ class ClaimHistory:
                     self.states.append((time.monotonic(), event["object"]))
             except Exception:  # a dropped stream: resume from the last version seen
                 if not self._stop.wait(0.2):
-                    self._watch = kubernetes.watch.Watch(return_type=CLAIM_MODEL)
+                    self._watch = api.Watch(return_type=CLAIM_MODEL)
 
     def first(self, predicate) -> tuple[float, object] | None:
         return next(((t, c) for t, c in list(self.states) if predicate(c)), None)

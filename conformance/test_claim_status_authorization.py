@@ -35,12 +35,11 @@ import contextlib
 import datetime
 from collections.abc import Callable, Iterator
 
-import kubernetes
 import pytest
 
 from conformance import checks, objects
 from fake_devices import keyfiles
-from harness.k8s import errors, wait
+from harness.k8s import api, errors, wait
 from harness.k8s.client import Clients
 
 GATE = "DRAResourceClaimGranularStatusAuthorization"
@@ -150,24 +149,24 @@ def cluster_rbac(k8s: Clients, unique_name) -> Iterator[Callable[[str, list[dict
 # --- acting as the ServiceAccount ----------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def _as_user(k8s: Clients, user: str, node_name: str | None = None) -> Iterator[kubernetes.client.ResourceV1Api]:
+def _as_user(k8s: Clients, user: str, node_name: str | None = None) -> Iterator[api.ResourceV1Api]:
     """ResourceV1Api impersonating `user` (no group header: the API server adds a ServiceAccount's groups),
     with the node-name extra a pod-bound token carries when `node_name` is given."""
-    client = kubernetes.client.ApiClient(keyfiles.load_configuration(k8s.kubeconfig))
+    client = api.ApiClient(keyfiles.load_configuration(k8s.kubeconfig))
     client.set_default_header("Impersonate-User", user)
     if node_name is not None:
         client.set_default_header("Impersonate-Extra-" + NODE_NAME_EXTRA.replace("/", "%2f"), node_name)
     try:
-        yield kubernetes.client.ResourceV1Api(client)
+        yield api.ResourceV1Api(client)
     finally:
         client.close()
 
 
-def _put_status(api, claim: Allocated, change: Callable[[dict], None]):
-    """PUT the claim's current status with `change` applied, as `api`'s user (verb "update")."""
+def _put_status(as_user, claim: Allocated, change: Callable[[dict], None]):
+    """PUT the claim's current status with `change` applied, as `as_user`'s user (verb "update")."""
     body = claim.body()
     change(body["status"])
-    return api.replace_namespaced_resource_claim_status(claim.name, claim.namespace, body)
+    return as_user.replace_namespaced_resource_claim_status(claim.name, claim.namespace, body)
 
 
 def _answer(call: Callable[[], object]) -> tuple[int, str]:

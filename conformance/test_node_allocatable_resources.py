@@ -32,11 +32,10 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from kubernetes.utils import parse_quantity
 
 from conformance import checks, objects
 from conformance.conftest import EPHEMERAL_LABEL, KWOK_ANNOTATION
-from harness.k8s import errors, wait
+from harness.k8s import api, errors, wait
 from harness.k8s.nodes import is_ready
 
 pytestmark = [pytest.mark.dra_feature("DRANodeAllocatableResources", maturity="alpha")]
@@ -159,7 +158,7 @@ def _recorded(k8s, ns: str, pod: str) -> dict[str, dict]:
     found = wait.until(f"pod {pod} to record status.nodeAllocatableResourceClaimStatuses", statuses, 30,
                        diagnostics=lambda: wait.describe_namespace(k8s, ns))
     return {s.resource_claim_name: {"containers": sorted(s.containers or []),
-                                    "mapping": {m.name: parse_quantity(m.quantity) for m in s.mapping or []},
+                                    "mapping": {m.name: api.parse_quantity(m.quantity) for m in s.mapping or []},
                                     "overhead": s.overhead or []}
             for s in found}
 

@@ -33,11 +33,10 @@ from __future__ import annotations
 import json
 import time
 
-import kubernetes
 import pytest
 
 from conformance import checks, objects
-from harness.k8s import wait
+from harness.k8s import api, wait
 
 POOL_STATUS = pytest.mark.dra_feature("DRAResourcePoolStatus", maturity="alpha")
 PARTITION_TYPE = pytest.mark.dra_feature("DRAPartitionableDevicesType", maturity="alpha")
@@ -53,7 +52,7 @@ class PoolStatusRequests:
 
     def __init__(self, k8s, unique_name):
         self.k8s, self.unique_name = k8s, unique_name
-        self.api = kubernetes.client.ResourceV1alpha3Api(k8s.api_client)
+        self.api = api.ResourceV1alpha3Api(k8s.api_client)
         self.names: list[str] = []
 
     def body(self, label: str, driver: str, **spec) -> dict:

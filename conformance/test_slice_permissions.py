@@ -16,23 +16,22 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import kubernetes
 import pytest
 
 from fake_devices import keyfiles
-from harness.k8s import errors, wait
+from harness.k8s import api, errors, wait
 from harness.k8s.client import Clients
 
 pytestmark = pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
 
 
 @contextlib.contextmanager
-def _as_node(k8s: Clients, node: str) -> Iterator[kubernetes.client.ResourceV1Api]:
-    client = kubernetes.client.ApiClient(keyfiles.load_configuration(k8s.kubeconfig))
+def _as_node(k8s: Clients, node: str) -> Iterator[api.ResourceV1Api]:
+    client = api.ApiClient(keyfiles.load_configuration(k8s.kubeconfig))
     client.set_default_header("Impersonate-User", f"system:node:{node}")
     client.set_default_header("Impersonate-Group", "system:nodes")
     try:
-        yield kubernetes.client.ResourceV1Api(client)
+        yield api.ResourceV1Api(client)
     finally:
         client.close()
 

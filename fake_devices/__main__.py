@@ -6,8 +6,6 @@ import argparse
 import logging
 import sys
 
-import kubernetes
-
 from fake_devices import config as driver_config
 from fake_devices import entrypoint, kube
 from fake_devices.controller import FakeDriver, PublishError
@@ -30,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         api_client = kube.api_client(args.kubeconfig, pool_size=config.workers + 8)
-    except kubernetes.config.ConfigException as err:
+    except kube.ConfigException as err:
         print(f"error: --kubeconfig: {err}", file=sys.stderr)
         return 2
     stopping = entrypoint.stop_on_signals()

@@ -26,8 +26,6 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-import kubernetes
-
 from fake_devices import kube
 from fake_devices.hardware import Binding, Profile
 
@@ -59,9 +57,9 @@ class Attacher:
     """Watches claims (through the driver's claim source) and answers each allocated device of ours that has
     binding conditions once. `lookup(driver, pool, device)` gives the device's Binding or None."""
 
-    def __init__(self, api_client: kubernetes.client.ApiClient, lookup: Callable[[str, str, str], Binding | None],
+    def __init__(self, api_client: kube.ApiClient, lookup: Callable[[str, str, str], Binding | None],
                  stop: threading.Event):
-        self.resource = kubernetes.client.ResourceV1Api(api_client)
+        self.resource = kube.ResourceV1Api(api_client)
         self.api = api_client
         self.lookup = lookup
         self.stop = stop

@@ -20,8 +20,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import kubernetes
-
 from fake_devices import attacher, kube, render, variants
 from fake_devices.config import PROFILE_LABEL, DriverConfig
 from fake_devices.faults import parse_faults
@@ -89,12 +87,12 @@ def _api_message(err: kube.ApiError) -> tuple[str, list[str]]:
 
 
 class FakeDriver:
-    def __init__(self, config: DriverConfig, api_client: kubernetes.client.ApiClient):
+    def __init__(self, config: DriverConfig, api_client: kube.ApiClient):
         self.config = config
         self.drivers = render.Drivers(config.domain)
         self.api = api_client
-        self.core = kubernetes.client.CoreV1Api(api_client)
-        self.resource = kubernetes.client.ResourceV1Api(api_client)
+        self.core = kube.CoreV1Api(api_client)
+        self.resource = kube.ResourceV1Api(api_client)
         self._lock = threading.Lock()
         self._nodes: dict[str, tuple[str, str]] = {}  # node -> (uid, profile name)
         # Explicit nodes (config.nodes) can change at run time (assign()); without them the node label decides.
@@ -313,7 +311,7 @@ class FakeDriver:
 
     def _watch_forever(self, source: "_Source", resource_version: str | None) -> None:
         while not self._stop.is_set():
-            watch = kubernetes.watch.Watch(return_type=source.item_type)
+            watch = kube.Watch(return_type=source.item_type)
             with self._lock:
                 self._watches.add(watch)
             try:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import kubernetes
-
 from fake_devices import faultkinds, kube
 from fake_devices.errors import InvalidInput
 
@@ -37,7 +35,7 @@ def format_faults(faults: dict[str, str]) -> str:
     return faultkinds.encode(faults)
 
 
-def set_fault(core: kubernetes.client.CoreV1Api, namespace: str, configmap: str, node: str, device: str,
+def set_fault(core: kube.CoreV1Api, namespace: str, configmap: str, node: str, device: str,
               kind: str | None) -> dict[str, str]:
     """Inject (`kind`) or clear (None) a device's fault; returns the node's faults afterwards."""
     if kind is not None and (problem := faultkinds.problem("--kind", kind)) is not None:
@@ -69,7 +67,7 @@ def set_fault(core: kubernetes.client.CoreV1Api, namespace: str, configmap: str,
     raise RuntimeError(f"could not update ConfigMap {namespace}/{configmap}: too many concurrent writers")
 
 
-def _ensure_namespace(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+def _ensure_namespace(core: kube.CoreV1Api, namespace: str) -> None:
     try:
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     except kube.Conflict:  # it exists

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import kubernetes
 
 from fake_devices import entrypoint, faultkinds, kube
 from fake_devices.errors import InvalidInput, Problem
@@ -190,13 +189,13 @@ class HealthStream:
 
 
 class HealthMonitor:
-    def __init__(self, name: str, api_client: kubernetes.client.ApiClient, *, drivers: Iterable[str] = (),
+    def __init__(self, name: str, api_client: kube.ApiClient, *, drivers: Iterable[str] = (),
                  faults: tuple[str, str] | None = None, health_sockets: dict[str, Path] | None = None,
                  max_rules: int = DEFAULT_MAX_RULES, resync_seconds: float = RESYNC_SECONDS):
         self.name, self.drivers, self.faults = name, set(drivers), faults
         self.max_rules, self.resync_seconds = max_rules, resync_seconds
-        self.resource = kubernetes.client.ResourceV1Api(api_client)
-        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.resource = kube.ResourceV1Api(api_client)
+        self.core = kube.CoreV1Api(api_client)
         self._stop = threading.Event()
         self._dirty = threading.Condition()
         self._pending = True
@@ -405,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     stopping = entrypoint.stop_on_signals()
     try:
         api_client = kube.api_client(args.kubeconfig)
-    except kubernetes.config.ConfigException as err:
+    except kube.ConfigException as err:
         print(f"error: --kubeconfig: {err}", file=sys.stderr)
         return 2
     monitor = HealthMonitor(args.name, api_client, drivers=args.driver, faults=faults, health_sockets=sockets,

@@ -1,5 +1,6 @@
 """The fake driver's door to the Kubernetes API: its processes (controller, kubelet plugin, health monitor,
-attacher) get their client and their error types here. It needs only the `kubernetes` client, so the
+attacher) get their client, the API groups they call, watches and their error types here; no other module
+of fake_devices imports `kubernetes` (but keyfiles.py, which only hands the client its key files). It needs only the `kubernetes` client, so the
 fake driver stays installable without the harness; the harness's own door (harness/k8s) builds on it.
 
 Errors are typed by the client itself (kubernetes 37.x raises a subclass of ApiException per status, see
@@ -14,6 +15,18 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import kubernetes
+from kubernetes.client import (
+    AdmissionregistrationV1Api,
+    ApiClient,
+    AppsV1Api,
+    Configuration,
+    CoreV1Api,
+    ResourceV1alpha3Api,
+    ResourceV1Api,
+    ResourceV1beta1Api,
+    ResourceV1beta2Api,
+    SchedulingV1beta1Api,
+)
 from kubernetes.client.exceptions import ApiException as ApiError
 from kubernetes.client.exceptions import BadRequestException as BadRequest
 from kubernetes.client.exceptions import ConflictException as Conflict
@@ -21,11 +34,21 @@ from kubernetes.client.exceptions import ForbiddenException as Forbidden
 from kubernetes.client.exceptions import NotFoundException as NotFound
 from kubernetes.client.exceptions import ServiceException as ServerError
 from kubernetes.client.exceptions import UnprocessableEntityException as Invalid
+from kubernetes.config import ConfigException
+from kubernetes.watch import Watch
+from kubernetes.watch.watch import iter_resp_lines
 
 from fake_devices import keyfiles
 
-__all__ = ["ApiError", "BadRequest", "Conflict", "Forbidden", "Invalid", "NotFound", "ServerError", "api_client", "busy", "expired",
-           "ignore_missing", "message", "refused", "status_reason"]
+__all__ = [
+    # the API groups the project uses, a watch, and the client's configuration
+    "AdmissionregistrationV1Api", "ApiClient", "AppsV1Api", "ConfigException", "Configuration", "CoreV1Api",
+    "ResourceV1Api", "ResourceV1alpha3Api", "ResourceV1beta1Api", "ResourceV1beta2Api", "SchedulingV1beta1Api",
+    "Watch", "api_client", "iter_resp_lines",
+    # errors by meaning, and what to do about them
+    "ApiError", "BadRequest", "Conflict", "Forbidden", "Invalid", "NotFound", "ServerError", "busy", "expired",
+    "ignore_missing", "message", "refused", "status_reason",
+]
 
 # Client errors that another try may not meet: the object went or came meanwhile, a stale version, a watch
 # too old, throttling. Any other 4xx is the server refusing the request as it is.
@@ -34,14 +57,14 @@ _TRANSIENT = frozenset({404, 409, 410, 429})
 T = TypeVar("T")
 
 
-def api_client(kubeconfig: str | None, pool_size: int | None = None) -> kubernetes.client.ApiClient:
+def api_client(kubeconfig: str | None, pool_size: int | None = None) -> ApiClient:
     """From `--kubeconfig` when given, else the pod's in-cluster configuration (a DaemonSet or
     Deployment). Raises kubernetes.config.ConfigException when neither is usable."""
     if kubeconfig:
-        client = kubernetes.client.ApiClient(keyfiles.load_configuration(kubeconfig))
+        client = ApiClient(keyfiles.load_configuration(kubeconfig))
     else:
         kubernetes.config.load_incluster_config()
-        client = kubernetes.client.ApiClient()
+        client = ApiClient()
     if pool_size:
         # urllib3 keeps this many connections per host; the default (4) serialises parallel writers
         client.configuration.connection_pool_maxsize = pool_size

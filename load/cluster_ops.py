@@ -10,10 +10,9 @@ import time
 import gevent
 import gevent.event
 import gevent.pool
-import kubernetes
 
 from fake_devices.config import PROFILE_LABEL
-from harness.k8s import errors
+from harness.k8s import api, errors
 from load.scenarios import LOAD_LABEL
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -25,12 +24,12 @@ NODE_CONDITION_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unr
 class BindingWatch:
     """Records, per pod, the monotonic time its binding (spec.nodeName) was first seen."""
 
-    def __init__(self, core: kubernetes.client.CoreV1Api, namespace: str):
+    def __init__(self, core: api.CoreV1Api, namespace: str):
         self.core, self.namespace = core, namespace
         self.bound_at: dict[str, float] = {}
         self.claimed: set[str] = set()
         self._greenlet: threading.Thread | None = None
-        self._watch: kubernetes.watch.Watch | None = None
+        self._watch: api.Watch | None = None
         self._changed = gevent.event.Event()
         self._stopping = False
         # What the watch itself saw, so a timed-out event can say whether the watch was the problem.
@@ -55,7 +54,7 @@ class BindingWatch:
 
     def _run(self, resource_version: str) -> None:
         while not self._stopping:
-            self._watch = kubernetes.watch.Watch()
+            self._watch = api.Watch()
             try:
                 for event in self._watch.stream(self.core.list_namespaced_pod, self.namespace,
                                                 resource_version=resource_version, timeout_seconds=300):

@@ -20,10 +20,8 @@ import os
 import time
 
 import gevent
-import kubernetes
 import locust.runners
 import psutil
-from kubernetes.client import CoreV1Api, ResourceV1Api, SchedulingV1beta1Api  # noqa: F401 (see below)
 from locust import User, events, task
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
@@ -31,7 +29,7 @@ from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from fake_devices import keyfiles
 from harness.core import conditions
-from harness.k8s import errors
+from harness.k8s import api, errors
 from harness.k8s.client import https_get, tls_context
 from load import cluster_ops as ops
 from load import metrics, scenarios, throughput
@@ -41,7 +39,7 @@ STATE: dict = {}  # per process: clients, watch, queues of event targets, counte
 # Distributed mode: the master's set-up and a worker's start (locust rebuilds its argument parser for
 # every option the master sends) hold the gevent loop for seconds on a loaded machine, longer than
 # locust's 3 missed heartbeats, after which the master drops its workers and stops the run. The API
-# classes are imported above, before any worker connects, for the same reason (importing them takes
+# classes are imported above (harness.k8s.api), before any worker connects, for the same reason (importing them takes
 # seconds); and a worker may miss up to a minute of heartbeats.
 locust.runners.HEARTBEAT_LIVENESS = 60
 
@@ -93,8 +91,8 @@ def _clients(options):
     if "api" not in STATE:
         configuration = keyfiles.load_configuration(options.kubeconfig)
         configuration.connection_pool_maxsize = 64  # before the ApiClient exists: it sizes its pool once
-        api = kubernetes.client.ApiClient(configuration)
-        STATE.update(api=api, core=kubernetes.client.CoreV1Api(api), resource=kubernetes.client.ResourceV1Api(api))
+        client = api.ApiClient(configuration)
+        STATE.update(api=client, core=api.CoreV1Api(client), resource=api.ResourceV1Api(client))
     return STATE["core"], STATE["resource"]
 
 
@@ -149,7 +147,7 @@ def _setup(environment, **_) -> None:
         ops.wait_until("the initial pods to be scheduled", lambda: ops.count_bound(core, namespace, set(first)) == len(first), 600)
         waiting = set()
     if scenario == "claim-shared":
-        scheduling = kubernetes.client.SchedulingV1beta1Api(STATE["api"])
+        scheduling = api.SchedulingV1beta1Api(STATE["api"])
         groups = [f"grp-{i}" for i in range(options.pending // 2)]
         for group in groups:
             scheduling.create_namespaced_pod_group(namespace, ops.pod_group_with_claim(group, "one-gpu",

@@ -10,25 +10,23 @@ KWOK's node heartbeat re-renders status from the node's own capacity and allocat
 
 from __future__ import annotations
 
-import kubernetes
-
 from fake_devices import kube
 
 
-def _patch(core: kubernetes.client.CoreV1Api, node: str, resource: str, value: str | None) -> None:
+def _patch(core: kube.CoreV1Api, node: str, resource: str, value: str | None) -> None:
     body = {"status": {"capacity": {resource: value}, "allocatable": {resource: value}}}
     core.patch_node_status(node, body)  # a JSON merge patch: null removes the key
 
 
-def advertise(core: kubernetes.client.CoreV1Api, node: str, resource: str, count: int) -> None:
+def advertise(core: kube.CoreV1Api, node: str, resource: str, count: int) -> None:
     _patch(core, node, resource, str(count))
 
 
-def withdraw(core: kubernetes.client.CoreV1Api, node: str, resource: str) -> None:
+def withdraw(core: kube.CoreV1Api, node: str, resource: str) -> None:
     _patch(core, node, resource, "0")
 
 
-def remove(core: kubernetes.client.CoreV1Api, node: str, resource: str) -> None:
+def remove(core: kube.CoreV1Api, node: str, resource: str) -> None:
     kube.ignore_missing(_patch, core, node, resource, None)  # a node that is gone: nothing left to undo
 
 

@@ -16,8 +16,6 @@ import logging
 import sys
 from pathlib import Path
 
-import kubernetes
-
 from fake_devices import entrypoint, kube
 from fake_devices.errors import InvalidInput
 from fake_devices.kubeletplugin.checkpoint import CheckpointError
@@ -68,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         api_client = kube.api_client(args.kubeconfig, pool_size=32)
         plugin = KubeletPlugin(config, api_client).start()
-    except (InvalidInput, CheckpointError, PluginError, kubernetes.config.ConfigException) as err:
+    except (InvalidInput, CheckpointError, PluginError, kube.ConfigException) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print("ready", flush=True)  # callers wait for this line

@@ -18,10 +18,9 @@ import threading
 from pathlib import Path
 
 import grpc
-import kubernetes
 
+from fake_devices import kube, render, unixgrpc
 from fake_devices import profile as profiles
-from fake_devices import render, unixgrpc
 from fake_devices.config import PROFILE_LABEL
 from fake_devices.faults import parse_faults
 from fake_devices.kubeletplugin import servicers
@@ -42,10 +41,10 @@ class PluginError(Exception):
 
 
 class KubeletPlugin:
-    def __init__(self, config: PluginConfig, api_client: kubernetes.client.ApiClient):
+    def __init__(self, config: PluginConfig, api_client: kube.ApiClient):
         self.config = config.validate()
-        self.core = kubernetes.client.CoreV1Api(api_client)
-        self.resource = kubernetes.client.ResourceV1Api(api_client)
+        self.core = kube.CoreV1Api(api_client)
+        self.resource = kube.ResourceV1Api(api_client)
         self.checkpoint = Checkpoint(Checkpoint.file_for(config.state_path, config.driver), config.driver, config.node)
         self.inventory = Inventory(self.resource.list_resource_slice, config.driver, config.node,
                                    on_change=self._devices_changed)

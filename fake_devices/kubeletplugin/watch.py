@@ -13,7 +13,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from kubernetes.watch.watch import iter_resp_lines
+from fake_devices import kube
 
 log = logging.getLogger("fake_devices.kubeletplugin")
 WATCH_SECONDS = 300  # the server ends each watch after this; it is resumed from the last version
@@ -101,7 +101,7 @@ class ListWatch:
         try:
             if self._stop.is_set():
                 return version
-            for line in iter_resp_lines(response):
+            for line in kube.iter_resp_lines(response):
                 if not line.strip():
                     continue
                 event = json.loads(line)

@@ -20,7 +20,6 @@ import os
 import shutil
 from pathlib import Path
 
-import kubernetes
 import yaml
 
 from harness.backends import manifests
@@ -37,7 +36,7 @@ from harness.core import paths
 from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, Problem
 from harness.core.files import write_atomic
 from harness.core.progress import Reporter
-from harness.k8s import errors
+from harness.k8s import api, errors
 from harness.k8s.client import Clients
 
 STATE_FILE = "state.yaml"
@@ -228,7 +227,7 @@ class ExistingBackend(Backend):
     def _components(self, kubeconfig: Path) -> list[ComponentStatus]:
         clients = Clients(kubeconfig)
         try:
-            apps = kubernetes.client.AppsV1Api(clients.api_client)
+            apps = api.AppsV1Api(clients.api_client)
             result = []
             for kind, read in (("controller", apps.read_namespaced_deployment),
                                ("kubelet-plugin", apps.read_namespaced_daemon_set)):

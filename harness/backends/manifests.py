@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import kubernetes
 import yaml
 from urllib3.exceptions import HTTPError
 
@@ -30,7 +29,7 @@ from fake_devices import render
 from fake_devices.config import DEVICE_TYPES, PROFILE_LABEL
 from harness.backends.commands import command
 from harness.core.errors import ConfigError, HarnessError, Problem
-from harness.k8s import errors
+from harness.k8s import api, errors
 from harness.k8s.nodes import is_ready, why_not_ready
 from harness.k8s.wait import describe_namespace, until
 
@@ -363,7 +362,7 @@ def wait_nodes_ready(clients, names: set[str], timeout: float,
 
 
 def _apps(clients):
-    return kubernetes.client.AppsV1Api(clients.api_client)
+    return api.AppsV1Api(clients.api_client)
 
 
 def namespace_state(clients) -> str:
@@ -377,24 +376,24 @@ def namespace_state(clients) -> str:
 def leftovers(clients, deployed_by: str) -> list[str]:
     """Objects still labelled deployed-by=<cluster> (after `down`), as 'Kind name' strings."""
     selector = f"{DEPLOYED_BY_LABEL}={deployed_by}"
-    api = clients.api_client
+    client = clients.api_client
     found = []
     listings = [
         ("Namespace", lambda: clients.core.list_namespace(label_selector=selector)),
         ("ServiceAccount", lambda: clients.core.list_service_account_for_all_namespaces(label_selector=selector)),
         ("ConfigMap", lambda: clients.core.list_config_map_for_all_namespaces(label_selector=selector)),
-        ("Deployment", lambda: kubernetes.client.AppsV1Api(api).list_deployment_for_all_namespaces(
+        ("Deployment", lambda: api.AppsV1Api(client).list_deployment_for_all_namespaces(
             label_selector=selector)),
-        ("DaemonSet", lambda: kubernetes.client.AppsV1Api(api).list_daemon_set_for_all_namespaces(
+        ("DaemonSet", lambda: api.AppsV1Api(client).list_daemon_set_for_all_namespaces(
             label_selector=selector)),
         ("ClusterRole", lambda: clients.rbac.list_cluster_role(label_selector=selector)),
         ("ClusterRoleBinding", lambda: clients.rbac.list_cluster_role_binding(label_selector=selector)),
         ("Role", lambda: clients.rbac.list_role_for_all_namespaces(label_selector=selector)),
         ("RoleBinding", lambda: clients.rbac.list_role_binding_for_all_namespaces(label_selector=selector)),
         ("DeviceClass", lambda: clients.resource.list_device_class(label_selector=selector)),
-        ("ValidatingAdmissionPolicy", lambda: kubernetes.client.AdmissionregistrationV1Api(api)
+        ("ValidatingAdmissionPolicy", lambda: api.AdmissionregistrationV1Api(client)
          .list_validating_admission_policy(label_selector=selector)),
-        ("ValidatingAdmissionPolicyBinding", lambda: kubernetes.client.AdmissionregistrationV1Api(api)
+        ("ValidatingAdmissionPolicyBinding", lambda: api.AdmissionregistrationV1Api(client)
          .list_validating_admission_policy_binding(label_selector=selector)),
     ]
     for kind, listing in listings:

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import kubernetes
-
 from fake_devices import config as driver_config
 from fake_devices import keyfiles
 from fake_devices.config import PROFILE_LABEL
 from fake_devices.controller import INSTANCE_LABEL, FakeDriver, PublishError
 from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
-from harness.k8s import errors, wait
+from harness.k8s import api, errors, wait
 from load.scenarios import LOAD_LABEL, Placement
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # KWOK's own selector: a cluster running KWOK keeps these Ready
@@ -64,10 +62,10 @@ class GuestRun:
             raise ValueError("a run on a given cluster needs its own node taint (Placement.guest)")
         self.placement, self.nodes, self.with_devices = placement, nodes, with_devices
         self.profile_file, self.reporter = profile_file, reporter
-        self.api = kubernetes.client.ApiClient(keyfiles.load_configuration(kubeconfig))
+        self.api = api.ApiClient(keyfiles.load_configuration(kubeconfig))
         self.api.configuration.connection_pool_maxsize = 24
-        self.core = kubernetes.client.CoreV1Api(self.api)
-        self.resource = kubernetes.client.ResourceV1Api(self.api)
+        self.core = api.CoreV1Api(self.api)
+        self.resource = api.ResourceV1Api(self.api)
         self.driver: FakeDriver | None = None
 
     def start(self) -> None:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import threading
 
-import kubernetes
-
-from harness.k8s import errors
+from harness.k8s import api, errors
 from harness.k8s.client import Clients
 
 CLAIM_MODEL = "ResourceV1ResourceClaim"
@@ -31,7 +29,7 @@ class AllocatedDrivers:
         self.drivers: set[str] = set()
         self.complete = True  # False when the watch broke: the record may miss claims
         self._stop = threading.Event()
-        self._watch: kubernetes.watch.Watch | None = None
+        self._watch: api.Watch | None = None
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "AllocatedDrivers":
@@ -45,7 +43,7 @@ class AllocatedDrivers:
         while not self._stop.is_set():
             # The client names the claim model ResourceV1ResourceClaim; the watch would guess V1ResourceClaim
             # from the list call, fail on every first event, and leave only the claims still there at the end.
-            self._watch = kubernetes.watch.Watch(return_type=CLAIM_MODEL)
+            self._watch = api.Watch(return_type=CLAIM_MODEL)
             try:
                 for event in self._watch.stream(self.k8s.resource.list_namespaced_resource_claim, self.namespace,
                                                 resource_version=version, timeout_seconds=10,

@@ -12,9 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import kubernetes
-
-from harness.k8s import errors
+from harness.k8s import api, errors
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ def incomplete_spells(events: list[Event], until: float) -> dict[tuple[str, str]
 class SliceWatch:
     """A thread that records every event of `drivers`' ResourceSlices until `stop()`."""
 
-    api_client: kubernetes.client.ApiClient
+    api_client: api.ApiClient
     drivers: tuple[str, ...]
     events: list[Event] = field(default_factory=list)
     error: str = ""
@@ -104,17 +102,17 @@ class SliceWatch:
         return self
 
     def _run(self) -> None:
-        api = kubernetes.client.ResourceV1Api(self.api_client)
+        resource = api.ResourceV1Api(self.api_client)
         version = None
         while not self._stop.is_set():
-            watch = kubernetes.watch.Watch()
+            watch = api.Watch()
             try:
                 if version is None:  # a list first; its items count as added now
-                    listing = api.list_resource_slice()
+                    listing = resource.list_resource_slice()
                     version = listing.metadata.resource_version
                     for item in listing.items:
                         self._record("ADDED", self.api_client.sanitize_for_serialization(item))
-                for event in watch.stream(api.list_resource_slice, resource_version=version, timeout_seconds=5):
+                for event in watch.stream(resource.list_resource_slice, resource_version=version, timeout_seconds=5):
                     obj = event["raw_object"]
                     version = obj["metadata"].get("resourceVersion") or version
                     self._record(event["type"], obj)

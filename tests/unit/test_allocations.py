@@ -49,10 +49,10 @@ def test_a_bookmark_moves_the_watch_on():
 
     k8s = NS(resource=NS(list_namespaced_resource_claim=lambda *a, **k: None))
     record = allocations.AllocatedDrivers(k8s, "t")
-    original = kubernetes.watch.Watch
-    kubernetes.watch.Watch = FakeWatch
+    original = allocations.api.Watch
+    allocations.api.Watch = FakeWatch  # type: ignore[misc]
     try:
         record._run("1")
     finally:
-        kubernetes.watch.Watch = original
+        allocations.api.Watch = original  # type: ignore[misc]
     assert watch_calls == ["1", "77"] and record.complete

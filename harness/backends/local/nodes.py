@@ -11,14 +11,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import kubernetes
-
 from fake_devices.config import PROFILE_LABEL
 from fake_devices.schema import quantity_value
 from harness.backends.local.components import KWOK_NODE_ANNOTATION
 from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
-from harness.k8s import errors
+from harness.k8s import api, errors
 from harness.k8s.nodes import is_ready
 
 POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
@@ -92,7 +90,7 @@ def from_definition(definition) -> list[NodeSpec]:
 CREATE_TIMEOUT = (10, 60)
 
 
-def create(core: kubernetes.client.CoreV1Api, specs: list[NodeSpec], reporter: Reporter, workers: int = 16) -> None:
+def create(core: api.CoreV1Api, specs: list[NodeSpec], reporter: Reporter, workers: int = 16) -> None:
     stopped = threading.Event()
 
     def one(spec: NodeSpec) -> None:
@@ -124,7 +122,7 @@ def create(core: kubernetes.client.CoreV1Api, specs: list[NodeSpec], reporter: R
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def wait_ready(core: kubernetes.client.CoreV1Api, names: set[str], reporter: Reporter, timeout: float,
+def wait_ready(core: api.CoreV1Api, names: set[str], reporter: Reporter, timeout: float,
                check_alive=None) -> None:
     """Watch nodes until all of `names` are Ready; `check_alive()` raises if a component died."""
     if not names:
@@ -147,7 +145,7 @@ def wait_ready(core: kubernetes.client.CoreV1Api, names: set[str], reporter: Rep
                                    hint="see logs/kwok.log and logs/kube-controller-manager.log in the cluster directory")
             if check_alive:
                 check_alive()
-            watch = kubernetes.watch.Watch()
+            watch = api.Watch()
             try:
                 # Wake on any node change; the list above is the truth, the watch only paces the loop.
                 for _ in watch.stream(core.list_node, label_selector=f"{MANAGED_LABEL}=true",

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from kubernetes.client import V1DeleteOptions
 
 from harness.backends.local import process, state
 from harness.backends.local.realnode import plugins
@@ -313,7 +312,7 @@ class VendorSetup:
                 for manifest, uid in self.created:
                     try:
                         clients.resource.delete_device_class(manifest.name,
-                                                             body=V1DeleteOptions(preconditions={"uid": uid}))
+                                                             body={"preconditions": {"uid": uid}})
                     except (errors.NotFound, errors.Conflict):
                         pass  # gone already, or no longer ours (the uid precondition)
                     except errors.ApiError as err:
