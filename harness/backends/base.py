@@ -105,6 +105,9 @@ class Backend(abc.ABC):
     names_its_nodes: ClassVar[bool] = False
     # The cluster definition (clusters/<name>.yaml) the suite runs on with this backend when none is given.
     suite_definition: ClassVar[str | None] = None
+    # Whether it works on a cluster the user gives (--kubeconfig) rather than starting one: such a backend
+    # takes no cluster definition or name, and attaches instead of `up`.
+    attaches: ClassVar[bool] = False
 
     def __init__(self, reporter: Reporter | None = None):
         self.reporter = reporter or Reporter(quiet=True)

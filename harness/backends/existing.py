@@ -78,6 +78,7 @@ def deploy_steps(directory: Path, kubectl: str, kubeconfig: Path) -> list[Step]:
 class ExistingBackend(Backend):
     name = "existing"
     spec_flags = {"--kubeconfig": "kubeconfig", "--no-deploy": "deploy", "--driver-image": "driver_image"}
+    attaches = True
 
     def __init__(self, reporter: Reporter | None = None, *, kubectl_finder=None):
         super().__init__(reporter)

@@ -69,8 +69,8 @@ def percentile(values: list[float], p: float) -> float | None:
 
 
 def gives_cluster(backend_class) -> bool:
-    """A backend that attaches to a cluster the user gives (it takes --kubeconfig) rather than starting one."""
-    return "--kubeconfig" in backend_class.spec_flags
+    """A backend that attaches to a cluster the user gives rather than starting one (Backend.attaches)."""
+    return backend_class.attaches
 
 
 def check_run_flags(backend_name: str, *, workers: int = 0, hints: bool | None = None,

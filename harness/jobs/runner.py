@@ -140,8 +140,8 @@ def plan(options: ConformanceOptions) -> Plan:
 
 
 def _attaches(backend: type[Backend]) -> bool:
-    """A backend that takes --kubeconfig works on a cluster you give it; the others start one."""
-    return "--kubeconfig" in backend.spec_flags
+    """A backend that works on a cluster you give it; the others start one (Backend.attaches)."""
+    return backend.attaches
 
 
 def _uses(backend: type[Backend], flag: str) -> bool:

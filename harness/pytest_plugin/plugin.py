@@ -185,7 +185,7 @@ def _given_cluster_kubeconfig(options: sessions.SessionOptions) -> Path | None:
     backend that attaches), else None."""
     if options.cluster_record:
         return read_cluster(Path(options.cluster_record).expanduser()).kubeconfig
-    if options.kubeconfig and "--kubeconfig" in backends.backend_class(options.backend).spec_flags:
+    if options.kubeconfig and backends.backend_class(options.backend).attaches:
         return Path(options.kubeconfig).expanduser()
     return None
 

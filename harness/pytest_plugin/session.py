@@ -135,7 +135,7 @@ def _start_or_attach(options: SessionOptions, run_id: str, shared: Path) -> tupl
     if options.cluster_record:  # the job that started the cluster owns it
         return read_cluster(Path(options.cluster_record).expanduser()), False
     backend = backends.get(options.backend, Reporter(), flag="--dra-backend")
-    if "--kubeconfig" in backend.spec_flags:  # a cluster the user gives: attach, make nothing
+    if backend.attaches:  # a cluster the user gives: attach, make nothing
         if not options.kubeconfig:
             raise HarnessError(f"--dra-backend {options.backend} needs --kubeconfig (or the KUBECONFIG variable)")
         return backends.attach(options.kubeconfig), False

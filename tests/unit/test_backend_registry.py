@@ -30,6 +30,14 @@ def test_every_registered_backend_is_a_backend_under_its_own_name(name):
     assert set(backend.spec_flags.values()) <= spec_fields  # every flag sets a field of the one spec
 
 
+def test_backends_declare_whether_they_attach_to_a_given_cluster():
+    """Declared, not guessed from their flags: only `existing` works on a cluster the user gives, and it
+    needs that cluster's kubeconfig; the others start a cluster, named and defined."""
+    attaching = {name for name in backends.BACKENDS if backends.backend_class(name).attaches}
+    assert attaching == {"existing"}
+    assert all("--kubeconfig" in backends.backend_class(name).spec_flags for name in attaching)
+
+
 def test_an_unknown_backend_is_refused_naming_the_flag():
     with pytest.raises(ConfigError) as err:
         backends.get("nope", flag="--dra-backend")
