@@ -29,10 +29,12 @@ def isolated_env(state_dir: Path, **extra: str) -> dict:
     return env
 
 
-def start_run(name: str, report_dir: Path, env: dict, log, *pytest_args: str, real_nodes: int = 0) -> subprocess.Popen:
-    """`dra-harness run --name NAME --real-nodes N -n 1 --report-dir D [-- pytest args]` in the background."""
+def start_run(name: str, report_dir: Path, env: dict, log, *pytest_args: str, real_nodes: int = 0,
+              config: str | None = None) -> subprocess.Popen:
+    """`dra-harness run --name NAME --real-nodes N [--config C] -n 1 --report-dir D [-- pytest args]` in the
+    background."""
     command = [sys.executable, "-m", "harness.cli", "run", "--name", name, "--real-nodes", str(real_nodes), "-n", "1",
-               "--report-dir", str(report_dir)]
+               "--report-dir", str(report_dir), *(["--config", config] if config else [])]
     if pytest_args:
         command += ["--", *pytest_args]
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)

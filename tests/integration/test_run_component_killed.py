@@ -79,13 +79,21 @@ def test_run_with_a_killed_real_node_component_ends_and_names_it(tmp_path, compo
     _run_with_a_kill(tmp_path, component, restarts, ON_THE_REAL_NODE, real_nodes=1)
 
 
-def _run_with_a_kill(tmp_path: Path, component: str, restarts: str | None, selection: str, real_nodes: int) -> None:
+@pytest.mark.slow
+def test_run_with_its_clusters_fake_driver_killed_restarts_it(tmp_path):
+    """The fake driver a cluster definition starts (`spec.driver`, the process `fake-devices`) is supervised
+    like the control plane: killed mid-run, it is started again and the run goes on."""
+    _run_with_a_kill(tmp_path, "fake-devices", None, SELECTION, real_nodes=0, config="mixed")
+
+
+def _run_with_a_kill(tmp_path: Path, component: str, restarts: str | None, selection: str, real_nodes: int,
+                     config: str | None = None) -> None:
     state_dir, report_dir = tmp_path / "state", tmp_path / "reports"
     env = isolated_env(state_dir, **({} if restarts is None else {supervisor.MAX_RESTARTS_ENV: restarts}))
     name = f"kill-{component[:5]}-{uuid.uuid4().hex[:5]}"
     run_log = tmp_path / "run.log"
     with open(run_log, "w") as log:
-        proc = start_run(name, report_dir, env, log, "-k", selection, real_nodes=real_nodes)
+        proc = start_run(name, report_dir, env, log, "-k", selection, real_nodes=real_nodes, config=config)
         try:
             wait.until("the first test result in results.json",
                        lambda: _results(report_dir) or proc.poll() is not None, FIRST_RESULT_TIMEOUT, interval=0.5,
