@@ -95,6 +95,21 @@ class NodePluginHandle(Protocol):
     def close(self) -> None: ...
 
 
+class ComponentWatchHandle(Protocol):
+    """The suite's view of a cluster's components (the local backend's liveness.ComponentWatch): `check()`
+    raises core.errors.ComponentDied once one the current test needs is gone for good."""
+
+    nodes_needed: bool
+
+    def check(self, look_now: bool = False) -> None: ...
+
+    def deaths(self, look_now: bool = False, nodes: bool | None = None) -> list: ...
+
+    def restarts(self) -> dict[str, int]: ...
+
+    def restarted_since(self, before: dict[str, int]) -> str: ...
+
+
 class Backend(abc.ABC):
     name: ClassVar[str]
     # `cluster up` flags this backend understands: flag -> the ClusterSpec field it sets. A flag of
@@ -145,6 +160,11 @@ class Backend(abc.ABC):
     def node_plugins(self, info: ClusterInfo, node: str) -> NodePluginHandle | None:
         """A handle that runs the fake driver's kubelet plugins on `node`, one of `info.real_nodes`;
         None where the backend does not run them itself (kind and existing clusters deploy them)."""
+        return None
+
+    def component_watch(self, info: ClusterInfo) -> ComponentWatchHandle | None:
+        """A watch over the components the backend runs for `info`, for the suite to end waits and fail
+        tests naming a dead one; None where it runs none itself (kind, existing)."""
         return None
 
     def collect_logs(self, info: ClusterInfo, lines: int = 30) -> dict[str, str]:

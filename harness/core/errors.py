@@ -53,6 +53,10 @@ class ComponentError(HarnessError):
         self.component = component
 
 
+class ComponentDied(ComponentError):
+    """A component of the cluster under test is not running any more (a backend's component watch says so)."""
+
+
 class BinariesError(HarnessError):
     """Binaries are missing, cannot be built or failed verification."""
 

@@ -22,11 +22,12 @@ from fake_devices.controller import FakeDriver
 from fake_devices.errors import InvalidInput
 from fake_devices.variants import VARIANTS
 from harness import backends
-from harness.backends.local import liveness, state, vendor_plugin
+from harness.backends.base import ComponentWatchHandle
+from harness.backends.local import vendor_plugin
 from harness.config import vendor
 from harness.config.vendor import VendorDriver
 from harness.core import diskspace
-from harness.core.errors import HarnessError
+from harness.core.errors import ComponentDied, HarnessError
 from harness.core.records import MATURITY_ORDER, ClusterInfo, TestResult, read_cluster, write_results
 from harness.k8s import wait
 from harness.k8s.client import Clients
@@ -42,7 +43,7 @@ _OPTIONS = pytest.StashKey[sessions.SessionOptions]()
 _VENDOR: pytest.StashKey[VendorDriver] = pytest.StashKey()
 _RESULTS = pytest.StashKey["ResultRecorder"]()
 _VENDOR_SETUP: pytest.StashKey[Any] = pytest.StashKey()
-_WATCH: pytest.StashKey[liveness.ComponentWatch] = pytest.StashKey()
+_WATCH: pytest.StashKey[ComponentWatchHandle] = pytest.StashKey()
 _RESTARTS_BEFORE: pytest.StashKey[dict[str, int]] = pytest.StashKey()
 
 
@@ -249,7 +250,7 @@ def _name_dead_components(item: pytest.Item, report: pytest.TestReport) -> None:
     try:
         watch.check(look_now=True)
         death = watch.restarted_since(item.stash.get(_RESTARTS_BEFORE, {}))
-    except liveness.ComponentDied as err:
+    except ComponentDied as err:
         death = str(err)
     crash = getattr(report.longrepr, "reprcrash", None)
     # What the record will say is the crash line: the death may sit earlier in the chain (a clean-up
@@ -397,10 +398,8 @@ def dra_cluster(request: pytest.FixtureRequest) -> ClusterInfo:
         info = sessions.acquire_cluster(Path(config.stash[_SHARED]), config.stash[_OPTIONS], config.stash[_RUN_ID])
     except HarnessError as err:
         pytest.fail(f"dra-harness could not provide a cluster:\n{err}", pytrace=False)
-    if info.backend == "local" and _WATCH not in config.stash:
-        # A dead scheduler (or apiserver, etcd, ...) ends each wait within a second, naming it.
-        watch = liveness.ComponentWatch(info.name, state.cluster_dir(info.name))
-        config.stash[_WATCH] = watch
+    if _WATCH not in config.stash and (watch := backends.get(info.backend).component_watch(info)) is not None:
+        config.stash[_WATCH] = watch  # a dead component ends each wait within a second, naming it
         request.addfinalizer(wait.abort_waits_when(watch.check))
     return info
 
@@ -416,7 +415,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                               or item.get_closest_marker("needs_kubelet") is not None)
         try:
             watch.check()
-        except liveness.ComponentDied as err:
+        except ComponentDied as err:
             pytest.fail(str(err), pytrace=False)
         item.stash[_RESTARTS_BEFORE] = watch.restarts()
 

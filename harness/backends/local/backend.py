@@ -18,7 +18,7 @@ from fake_devices.render import Drivers
 from harness import binaries as binaries_mod
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus, RealNode
 from harness.backends.common import kept_or_removed_on_failure, known_gates
-from harness.backends.local import components, kubeconfig, nodes, pki, ports, process, state, supervisor
+from harness.backends.local import components, kubeconfig, liveness, nodes, pki, ports, process, state, supervisor
 from harness.backends.local.realnode import containerd, plugins, preflight, teardown
 from harness.backends.local.realnode import node as realnode
 from harness.binaries import noderuntime
@@ -364,6 +364,10 @@ class LocalBackend(Backend):
         cluster = state.load(state.validate_name(info.name))
         found = [record for record in records(cluster.data) if record.name == node]
         return plugins.NodePlugins(cluster.directory, found[0], cluster.kubeconfig) if found else None
+
+    def component_watch(self, info: ClusterInfo) -> liveness.ComponentWatch:
+        # A dead scheduler (or apiserver, etcd, ...) ends each wait within a second, naming it.
+        return liveness.ComponentWatch(info.name, state.cluster_dir(info.name))
 
     def info(self, name: str) -> ClusterInfo:
         return self._info(state.load(state.validate_name(name)))

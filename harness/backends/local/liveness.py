@@ -25,14 +25,10 @@ from pathlib import Path
 from harness.backends.local import process, supervisor
 from harness.backends.local.realnode import sharing
 from harness.core import diskspace
-from harness.core.errors import ComponentError
+from harness.core.errors import ComponentDied
 
 WATCHED = supervisor.SUPERVISED
 CHECK_EVERY = 1.0  # seconds between looks: a few small files and /proc entries each time
-
-
-class ComponentDied(ComponentError):
-    """A watched component of the test cluster is not running any more."""
 
 
 @dataclass(frozen=True)
