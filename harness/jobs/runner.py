@@ -76,6 +76,8 @@ class Plan:
     real_nodes: int = 0
     no_real_node_reason: str = ""
     vendor_file: VendorDriver | None = None  # vendor mode: the checked VendorDriver file
+    # the backend's own deployed fake driver, tested the way a vendor's driver is (Backend.suite_driver_config)
+    deployed_driver: bool = False
 
 
 def plan(options: ConformanceOptions) -> Plan:
@@ -183,6 +185,7 @@ def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
             if driver_config is not None:  # the deployed fake driver, tested the way a vendor's driver is
                 checked.vendor_file = _suite_vendor_file(driver_config, str(info.kubeconfig), reporter)
                 options.driver_config = checked.vendor_file.source
+                checked.deployed_driver = True
             code = _run_pytest(_pytest_command(options, record, suite_args), reporter)
         except KeyboardInterrupt as err:
             interrupted = err
@@ -300,9 +303,8 @@ def _write_report(checked: Plan, facts: dict, started: float,
     return report.write(options.report_dir, results, cluster=facts, interrupted=reason, run={
         "backend": options.backend, "preset": options.preset or ("definition " + options.definition
                                                                   if options.definition else "all-dra"),
-        "driver": ("the dra-harness fake driver deployed on kind" + (
-                       f" (vendor mode: {options.driver_config})" if options.driver_config else "")
-                   if options.backend == "kind" else options.driver_config or "the dra-harness fake driver"),
+        "driver": (f"the dra-harness fake driver deployed on {options.backend} (vendor mode: {options.driver_config})"
+                   if checked.deployed_driver else options.driver_config or "the dra-harness fake driver"),
         "maturity": options.maturity,
         "drivers": list(checked.vendor_file.drivers) if checked.vendor_file else [],
         "features": options.features or "all", "wallSeconds": round(time.monotonic() - started, 1)})
