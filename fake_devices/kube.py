@@ -1,7 +1,8 @@
 """The fake driver's door to the Kubernetes API: its processes (controller, kubelet plugin, health monitor,
 attacher) get their client, the API groups they call, watches and their error types here; no other module
-of fake_devices imports `kubernetes` (but keyfiles.py, which only hands the client its key files). It needs only the `kubernetes` client, so the
-fake driver stays installable without the harness; the harness's own door (harness/k8s) builds on it.
+of fake_devices imports `kubernetes` (but keyfiles.py, which only hands the client its key files). It needs
+only the `kubernetes` client, so the fake driver stays installable without the harness; the harness's own
+door (harness/k8s) builds on it.
 
 Errors are typed by the client itself (kubernetes 37.x raises a subclass of ApiException per status, see
 kubernetes.client.exceptions.ApiException.from_response); they are named here for what they mean, so
