@@ -184,3 +184,64 @@ def test_api_validates_compatibility_groups(k8s, unique_name, simulated_node):
     assert f'{field}[1]: Duplicate value: "mig"' in message, message
     message = checks.rejected(create, body(["MIG_1"]), dry_run="All")
     assert f'{field}[0]: Invalid value: "MIG_1": a lowercase RFC 1123 label must consist of' in message, message
+
+
+# --- the same rule on the fake driver's MIG GPU (a profile's mig.compatibilityGroups) ---------------
+
+HOMOGENEOUS_MIG = """apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: NodeProfile
+metadata: {name: homogeneous-mig}
+spec:
+  numaNodes: [{id: 0, cpus: "0-15", memory: 64Gi, pcieRoots: [pci0000:10]}]
+  gpus:
+  - model: A100-SXM4-80GB
+    count: 1
+    attach: [{pcieRoot: pci0000:10}]
+    # one MIG size per GPU at a time: 1g.10gb instances pair with each other, never with a 3g.40gb one
+    mig: {mode: dynamic, compatibilityGroups: {1g.10gb: [small], 3g.40gb: [large]}}
+"""
+
+
+@pytest.mark.fake_devices("a MIG profile with compatibility groups")
+def test_the_fake_drivers_mig_sizes_in_different_groups_never_share_a_gpu(k8s, dra_namespace, fake_driver,
+                                                                          simulated_node, tmp_path):
+    """1g.10gb at memory slice 0 and 3g.40gb at slices 4-7 fit the A100's counters together; the groups alone
+    keep them apart, while two 1g.10gb instances share the GPU."""
+    ns, node = dra_namespace, simulated_node
+    path = tmp_path / "homogeneous-mig.yaml"
+    path.write_text(HOMOGENEOUS_MIG)
+    driver = fake_driver({node: str(path)})
+    gpu = driver.drivers.gpu
+    published = checks.published_device(k8s, gpu, node, "gpu-0-mig-1g-10gb-0")
+    assert [list(c.compatibility_groups or []) for c in published.consumes_counters] == [["small"]], published
+    device_class = f"{driver.config.instance}-mig"
+    for size in ("1g.10gb", "3g.40gb"):
+        k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(
+            size.replace(".", "-"), requests=[objects.request(
+                device_class, selectors=[f'device.attributes["{gpu}"].profile == "{size}"'])]))
+
+    def pod(name: str, template: str) -> None:
+        k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim(name, template,
+                                                                           node_selector={HOSTNAME: node}))
+
+    def allocated(name: str) -> str:
+        checks.running(k8s, ns, name, timeout=120)
+        (device,) = [d for _, _, d in checks.allocated_devices(checks.pod_claim(k8s, ns, name))]
+        return device
+
+    pod("small-a", "1g-10gb")
+    first = allocated("small-a")
+    assert first.startswith("gpu-0-mig-1g-10gb-"), f"pod small-a (driver {gpu}, node {node}): {first}"
+    pod("large", "3g-40gb")
+    condition = checks.unschedulable(k8s, ns, "large")
+    assert checks.every_node_says(condition.message, NO_FIT, [node]), (
+        f"pod large (driver {gpu}, node {node}, {first} allocated): {condition.message}")
+    pod("small-b", "1g-10gb")
+    second = allocated("small-b")
+    assert second.startswith("gpu-0-mig-1g-10gb-") and second != first, (
+        f"pod small-b (driver {gpu}, node {node}): {second} beside {first}")
+
+    # With both 1g.10gb instances gone, the GPU has no member left: the 3g.40gb pod gets its instance.
+    for name in ("small-a", "small-b"):
+        k8s.core.delete_namespaced_pod(name, ns)
+    assert allocated("large").startswith("gpu-0-mig-3g-40gb-"), f"pod large (driver {gpu}, node {node})"

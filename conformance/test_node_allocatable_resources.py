@@ -241,3 +241,58 @@ def test_api_and_admission_refuse_bad_node_allocatable_resources(k8s, unique_nam
         # validation (422) comes before admission: the same answer on the declaring node
         message = checks.rejected(create, body(small_node, key), dry_run="All")
         assert f'{field}[{key}]: Invalid value: "{key}": must be a node allocatable resource name' in message, message
+
+
+# --- the fake driver's GPUs with a cpu share (a profile's nodeAllocatable) ---------------------------
+
+def _gpu_profile(tmp_path) -> str:
+    path = tmp_path / "gpu-with-host-cpu.yaml"
+    path.write_text("""apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: NodeProfile
+metadata: {name: gpu-with-host-cpu}
+spec:
+  numaNodes: [{id: 0, cpus: "0-3", memory: 8Gi, pcieRoots: [pci0000:10]}]
+  gpus:
+  - model: T4
+    count: 2
+    attach: [{pcieRoot: pci0000:10}]
+    nodeAllocatable: {cpu: {perDevice: 2}}   # each allocated GPU takes 2 of the node's cpu
+""")
+    return str(path)
+
+
+@pytest.mark.fake_devices("a profile whose GPUs take a share of the node's cpu")
+def test_the_fake_drivers_gpu_cpu_share_counts_against_the_node(k8s, dra_namespace, cluster_objects, unique_name,
+                                                                  fake_driver, small_node, tmp_path):
+    ns, node = dra_namespace, small_node
+    # The admission plugin reads nodes from an informer: wait until it knows this new node, so that the fake
+    # driver's slices are not refused for a node it has not seen yet.
+    _create_slice(k8s, cluster_objects, _slice(unique_name("nar"), unique_name("nar") + ".example.com", node,
+                                               [_cpu_device("probe-0")]))
+    driver = fake_driver({node: _gpu_profile(tmp_path)})
+    published = checks.published_device(k8s, driver.drivers.gpu, node, "gpu-0")
+    mapping = published.node_allocatable_resources["cpu"].mapping
+    assert api.parse_quantity(mapping.device_multiplier) == 2, published
+    k8s.resource.create_namespaced_resource_claim_template(
+        ns, objects.claim_template("gpu", f"{driver.config.instance}-gpu"))
+
+    def pod(name: str, cpu: str) -> None:
+        body = objects.pod(name, [objects.container("main", limits={"cpu": cpu}, claims=["dev"])],
+                           resource_claims=[objects.claim_ref("dev", template="gpu")], node_selector={HOSTNAME: node})
+        body["spec"]["tolerations"] = [{"key": TAINT, "operator": "Equal", "value": node, "effect": "NoSchedule"}]
+        k8s.core.create_namespaced_pod(ns, body)
+
+    # 1 of its own + 2 for its GPU = 3 of the node's 4: fits, and the pod's status records the GPU's 2.
+    pod("first", "1")
+    checks.running(k8s, ns, "first", timeout=120)
+    (entry,) = _recorded(k8s, ns, "first").values()
+    assert entry["mapping"] == {"cpu": Decimal(2)}, f"pod first on node {node} (driver {driver.drivers.gpu}): {entry}"
+    # Another 1 + 2 would make 6: refused though a GPU is free and the pods' own requests (2) fit.
+    pod("second", "1")
+    _insufficient_cpu(k8s, ns, "second", node)
+    claim = checks.pod_claim(k8s, ns, "second", claim="dev")
+    assert claim.status is None or claim.status.allocation is None, (
+        f"claim {claim.metadata.name} of pod second was allocated: {claim.status.allocation}")
+    # With the first pod gone its GPU's cpu is back, and the second pod gets a GPU.
+    k8s.core.delete_namespaced_pod("first", ns)
+    checks.running(k8s, ns, "second", timeout=120)

@@ -132,3 +132,46 @@ def test_a_node_that_does_not_declare_the_feature_gets_no_such_device(k8s: Clien
     assert "cannot allocate all claims" in (condition.message or ""), condition.message
     claim = checks.pod_claim(k8s, ns, "undeclared")
     assert not (claim.status and claim.status.allocation), f"claim {claim.metadata.name}: {claim.status.allocation}"
+
+
+SKIPPING_NIC = """apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: NodeProfile
+metadata: {name: skipping-nic}
+spec:
+  numaNodes: [{id: 0, cpus: "0-3", memory: 8Gi, pcieRoots: [pci0000:10]}]
+  nics:
+  - model: virtual-function
+    bandwidth: 10G
+    attach: [{pcieRoot: pci0000:10}]
+  publish: {skipNodeOperations: [NodeUnprepareResources, NodePrepareResources]}
+"""
+
+
+@NEEDS_KUBELET
+@pytest.mark.fake_devices("a profile whose slices skip node operations")
+def test_the_fake_drivers_skipping_profile_starts_a_pod_with_no_plugin_on_the_node(
+        k8s: Clients, dra_namespace, real_node, fake_driver, tmp_path):
+    """The fake driver publishes from the control plane only: no kubelet plugin of its instance runs on the real
+    node, so the pod can start only because its slices skip both node operations."""
+    ns, node = dra_namespace, real_node.name
+    if FEATURE not in (k8s.core.read_node(node).status.declared_features or []):
+        pytest.skip(f"node {node} does not declare {FEATURE} (its kubelet has the gate off)")
+    real_node.hold()  # a kubelet restarted by another test meanwhile would delete the node's slices
+    path = tmp_path / "skipping-nic.yaml"
+    path.write_text(SKIPPING_NIC)
+    driver = fake_driver({node: str(path)})
+    nic = driver.drivers.nic
+    published = [s for s in k8s.resource.list_resource_slice(field_selector=f"spec.driver={nic}").items]
+    assert published and all(sorted(s.spec.skip_node_operations or []) ==
+                             ["NodePrepareResources", "NodeUnprepareResources"] for s in published), \
+        [(s.metadata.name, s.spec.skip_node_operations) for s in published]
+    k8s.resource.create_namespaced_resource_claim_template(
+        ns, objects.claim_template("nic", f"{driver.config.instance}-nic"))
+    k8s.core.create_namespaced_pod(ns, objects.pod_on_node("skips", node, SHELL_IMAGE, command=["sleep", "3600"],
+                                                           claim_template="nic"))
+    checks.containers_running(k8s, ns, "skips", timeout=90)
+    (result,) = checks.pod_claim(k8s, ns, "skips").status.allocation.devices.results
+    assert (result.driver, result.device) == (nic, "nic-0"), result
+    assert sorted(result.skip_node_operations or []) == ["NodePrepareResources", "NodeUnprepareResources"], result
+    failed = [e.message for e in _events(k8s, ns, "skips") if e.reason == "FailedPrepareDynamicResources"]
+    assert not failed, f"pod skips: the kubelet tried to prepare {nic}: {failed}"

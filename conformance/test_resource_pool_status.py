@@ -367,3 +367,51 @@ def test_devices_of_one_partition_type_with_different_costs_flag_the_pool(k8s, c
     assert _counts(entry) == {"resourceSliceCount": 2, "totalDevices": 2, "allocatedDevices": 0,
                               "unavailableDevices": 0, "availableDevices": 2}, entry
     _complete(answer, 1, incomplete=1)
+
+
+ONE_MIG_GPU = """apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: NodeProfile
+metadata: {name: one-typed-mig-gpu}
+spec:
+  numaNodes: [{id: 0, cpus: "0-15", memory: 64Gi, pcieRoots: [pci0000:10]}]
+  gpus:
+  - model: A100-SXM4-80GB
+    count: 1
+    attach: [{pcieRoot: pci0000:10}]
+    mig: {mode: dynamic, partitionType: true}
+"""
+
+
+@POOL_STATUS
+@PARTITION_TYPE
+@pytest.mark.fake_devices("a MIG profile that names partition types")
+def test_the_fake_drivers_mig_gpu_gets_a_partition_summary_per_mig_profile(k8s, dra_namespace, fake_driver,
+                                                                            simulated_node, pool_requests, tmp_path):
+    """The fake driver's A100 (7 compute slices, 8 memory slices, 80Gi) as partition types: the whole GPU and each
+    MIG profile. Allocating a 3g.40gb instance (3 compute, 4 memory slices, 40Gi) leaves room for one more 3g.40gb
+    and no whole GPU; every type's count is what fits the counters left, measured alone (greedy fit)."""
+    ns, node = dra_namespace, simulated_node
+    path = tmp_path / "one-typed-mig-gpu.yaml"
+    path.write_text(ONE_MIG_GPU)
+    driver = fake_driver({node: str(path)})
+    gpu = driver.drivers.gpu
+    attribute = f"{gpu}/partitionType"
+
+    before = pool_requests.answered(pool_requests.create("mig-before", gpu, poolName=node))
+    entry = _the_pool(before, gpu, node)
+    assert entry.validation_error is None, f"ResourcePoolStatusRequest {before.metadata.name}: {entry}"
+    assert {attr for attr, _, _, _ in _summary(entry)} == {attribute}, entry
+    free = {kind: (total, allocatable) for _, kind, total, allocatable in _summary(entry)}
+    # placements per profile (NVIDIA's table), each alone on an empty GPU: as many as its slices allow
+    assert free == {"gpu": (1, 1), "1g.10gb": (7, 7), "1g.10gb+me": (7, 1), "1g.20gb": (4, 4), "2g.20gb": (3, 3),
+                    "3g.40gb": (2, 2), "4g.40gb": (1, 1), "7g.80gb": (1, 1)}, \
+        f"ResourcePoolStatusRequest {before.metadata.name} (driver {gpu}, pool {node}): {free}"
+
+    device = _allocate(k8s, ns, "three-g", f"{driver.config.instance}-mig", node,
+                       (f'device.attributes["{gpu}"].profile == "3g.40gb"',))
+    after = pool_requests.answered(pool_requests.create("mig-after", gpu, poolName=node))
+    entry = _the_pool(after, gpu, node)
+    left = {kind: allocatable for _, kind, _, allocatable in _summary(entry)}
+    # 4 compute, 4 memory slices, 40Gi left: one 3g.40gb or one 4g.40gb, four 1g.10gb (compute 4), ...
+    assert left == {"gpu": 0, "1g.10gb": 4, "1g.10gb+me": 1, "1g.20gb": 2, "2g.20gb": 2, "3g.40gb": 1, "4g.40gb": 1,
+                    "7g.80gb": 0}, f"ResourcePoolStatusRequest {after.metadata.name} ({device} allocated): {left}"

@@ -35,6 +35,20 @@ class Binding:
     attach_seconds: float = 2.0  # from allocation to the controller's answer
 
 
+WHOLE_GPU = "gpu"  # the key of a GPU group's compatibility groups for the whole GPU (MIG profiles are the others)
+
+
+@dataclass(frozen=True)
+class NodeAllocatable:
+    """How much of one of the node's own allocatable resources (cpu, memory, hugepages-*) each device of a
+    group takes when allocated (DRANodeAllocatableResources): `per_device` becomes the device's
+    mapping.deviceMultiplier, `per_pod` and `per_container` its overhead."""
+    resource: str
+    per_device: str | None = None
+    per_pod: str | None = None
+    per_container: str | None = None
+
+
 @dataclass(frozen=True)
 class MigPartition:
     profile: str
@@ -56,6 +70,12 @@ class GpuGroup:
     prefix: str = "gpu"
     attributes: dict = field(default_factory=dict)  # extra vendor attributes, already in API form
     binding: Binding | None = None
+    node_allocatable: tuple[NodeAllocatable, ...] = ()
+    # DRADeviceCompatibilityGroups, dynamic MIG only: "gpu" (the whole GPU) or a MIG profile -> its groups
+    compatibility_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # DRAPartitionableDevicesType, dynamic MIG only: each device names its partition type, and memory is
+    # counted in slices (not which slices), so that all devices of one type cost the same
+    partition_type: bool = False
 
     def mig_table(self) -> dict[str, mig.MigProfile]:
         return mig.TABLES.get(self.model, {})
@@ -75,6 +95,7 @@ class StorageGroup:
     prefix: str = ""
     attributes: dict = field(default_factory=dict)
     io_share: "IoShare | None" = None
+    node_allocatable: tuple[NodeAllocatable, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +116,7 @@ class NicGroup:
     attach: tuple[Attachment, ...]
     prefix: str = "nic"
     attributes: dict = field(default_factory=dict)
+    node_allocatable: tuple[NodeAllocatable, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,10 +124,12 @@ class Publish:
     """How the driver publishes a node's devices: the shape a real driver may have. `attributes`
     "none" publishes bare device names (no attributes, no capacity), as drivers whose devices are
     interchangeable do; `pool` "node" is a node-local pool (nodeName), "nodeSelector" and "allNodes"
-    a network-attached one (no nodeName: a node selector naming the node, or every node)."""
+    a network-attached one (no nodeName: a node selector naming the node, or every node).
+    `skip_node_operations` (DRAOptionalNodeOperations) is what the kubelet need not call the driver for."""
 
     attributes: str = "all"  # all | none
     pool: str = "node"  # node | nodeSelector | allNodes
+    skip_node_operations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

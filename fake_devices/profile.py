@@ -16,12 +16,14 @@ from typing import Any
 from fake_devices import mig, render, yamlfile
 from fake_devices.errors import InvalidInput, Problem
 from fake_devices.hardware import (
+    WHOLE_GPU,
     Attachment,
     Binding,
     GpuGroup,
     IoShare,
     MigPartition,
     NicGroup,
+    NodeAllocatable,
     NumaNode,
     Profile,
     Publish,
@@ -103,6 +105,7 @@ def parse(data, source: str) -> Profile:
     profile = Profile(name or "", description, source, numa_nodes, gpus, storage, nics, node_labels, publish)
     if not problems:
         _check_names(profile, problems)
+        _check_partition_type(profile, problems)
     if not problems:
         problems.extend(render.check_limits(profile))
     if problems:
@@ -112,16 +115,74 @@ def parse(data, source: str) -> Profile:
 
 PUBLISH_ATTRIBUTES = ("all", "none")
 PUBLISH_POOLS = ("node", "nodeSelector", "allNodes")
+# k8s.io/api@v0.37.2 resource/v1 SkipNodeOperation values
+SKIP_NODE_OPERATIONS = ("NodePrepareResources", "NodeUnprepareResources", "*")
 
 
 def _publish(spec: Reader) -> Publish:
-    """spec.publish: the driver shape (bare devices, network-attached pools); defaults publish everything
-    in a node-local pool."""
+    """spec.publish: the driver shape (bare devices, network-attached pools, node operations the kubelet may
+    skip); defaults publish everything in a node-local pool, prepared on the node."""
     section = spec.mapping("publish")
     attributes = section.str("attributes", default="all", choices=PUBLISH_ATTRIBUTES) or "all"
     pool = section.str("pool", default="node", choices=PUBLISH_POOLS) or "node"
+    skip = _skip_node_operations(section)
     section.done()
-    return Publish(attributes, pool)
+    return Publish(attributes, pool, skip)
+
+
+def _skip_node_operations(r: Reader) -> tuple[str, ...]:
+    """`skipNodeOperations` (DRAOptionalNodeOperations): the API's values, each once, and never
+    NodePrepareResources alone: what was not prepared cannot be unprepared (k8s.io/kubernetes@v1.37.2
+    pkg/apis/resource/validation validateSkipNodeOperations)."""
+    found: list[str] = []
+    for i, value in enumerate(r.scalars("skipNodeOperations")):
+        where = f"{r.at('skipNodeOperations')}[{i}]"
+        if value not in SKIP_NODE_OPERATIONS:
+            r.fail(where, f"unknown node operation {value!r}", ", ".join(SKIP_NODE_OPERATIONS))
+        elif value in found:
+            r.fail(where, f"{value} is listed twice")
+        else:
+            found.append(value)
+    if "NodePrepareResources" in found and not {"NodeUnprepareResources", "*"} & set(found):
+        r.fail(r.at("skipNodeOperations"), "skips NodePrepareResources but not NodeUnprepareResources "
+               "(what was not prepared cannot be unprepared)", "[NodePrepareResources, NodeUnprepareResources], "
+               "[NodeUnprepareResources] or ['*']")
+    return tuple(found)
+
+
+HUGEPAGES = re.compile(r"^hugepages-[0-9]+(\.[0-9]+)?([KMGTPE]i?|[kmgtpe])?$")
+NODE_ALLOCATABLE_ALLOWED = "cpu, memory or hugepages-<size> (the node's own allocatable resources)"
+
+
+def _node_allocatable(r: Reader) -> tuple[NodeAllocatable, ...]:
+    """`nodeAllocatable: {<resource>: {perDevice, perPod, perContainer}}` (DRANodeAllocatableResources): what
+    each allocated device of the group takes of the node's cpu, memory or hugepages, checked by the API
+    server's rules (k8s.io/kubernetes@v1.37.2 pkg/apis/resource/validation validateNodeAllocatableResources;
+    pkg/apis/core/helper IsNodeAllocatableResourceName)."""
+    result = []
+    section = r.mapping("nodeAllocatable")
+    for name in list(section.data):
+        if not isinstance(name, str) or not (name in ("cpu", "memory") or HUGEPAGES.match(name)):
+            section.fail(section.at(str(name)), f"{name!r} is not a node allocatable resource",
+                         NODE_ALLOCATABLE_ALLOWED)
+            section.handled(name)
+            continue
+        entry = section.mapping(name)
+        before = len(r.problems)
+        per_device = entry.quantity("perDevice")
+        per_pod = entry.quantity("perPod", positive=False)
+        per_container = entry.quantity("perContainer", positive=False)
+        entry.done()
+        for key, value in (("perPod", per_pod), ("perContainer", per_container)):
+            if value is not None and quantity_value(value) < 0:
+                entry.fail(entry.at(key), f"{value!r} is negative", "a quantity of at least 0")
+        if len(r.problems) > before:
+            continue
+        if per_device is None and per_pod is None and per_container is None:
+            entry.fail(entry.path, "sets nothing", "perDevice, perPod and/or perContainer")
+            continue
+        result.append(NodeAllocatable(name, per_device, per_pod, per_container))
+    return tuple(result)
 
 
 def _node_labels(spec: Reader) -> dict[str, str]:
@@ -298,12 +359,15 @@ def _gpu_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> GpuGroup
     prefix = r.str("namePrefix", default="gpu", pattern=DNS_LABEL, allowed="a DNS label")
     attach = _attachments(r, count, roots, numa_ids, need_root=True)
     extra = _extra_attributes(r)
+    node_allocatable = _node_allocatable(r)
     mig_reader = r.mapping("mig")
     mode = mig_reader.str("mode", default="none", choices=MIG_MODES)
     partitions = []
     for p in mig_reader.list("partitions"):
         partitions.append((p, p.str("profile", required=True), p.int("start", required=True, minimum=0)))
         p.done()
+    raw_groups = mig_reader.raw_mapping("compatibilityGroups")
+    partition_type = mig_reader.bool("partitionType")
     mig_reader.done()
     binding = _binding(r.mapping("binding"), "binding" in r.data)
     r.done()
@@ -323,8 +387,51 @@ def _gpu_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> GpuGroup
     if mode != "fixed" and partitions:
         mig_reader.fail(mig_reader.at("partitions"), "partitions are only used with mode fixed")
     checked = _check_partitions(mig_reader, table, partitions) if mode == "fixed" else ()
+    groups = _compatibility_groups(mig_reader, raw_groups, mode or "none", table)
+    if partition_type and mode != "dynamic":
+        mig_reader.fail(mig_reader.at("partitionType"), "needs mode dynamic (partition types label devices that "
+                        "consume a shared counter set)")
     return GpuGroup(model, count, memory, multiprocessors, architecture or "", capability or "", attach,
-                    interconnect, mode or "none", checked, prefix, extra, binding)
+                    interconnect, mode or "none", checked, prefix, extra, binding, node_allocatable, groups,
+                    partition_type and mode == "dynamic")
+
+
+MAX_COMPATIBILITY_GROUPS = 2  # k8s.io/api@v0.37.2 resource/v1 DeviceCompatibilityGroupsMaxSize
+
+
+def _compatibility_groups(r: Reader, raw: dict, mode: str, table: dict[str, mig.MigProfile]) -> dict[str, tuple[str, ...]]:
+    """`mig.compatibilityGroups: {gpu | <MIG profile>: [group, ...]}` (DRADeviceCompatibilityGroups): the groups
+    each kind of device names in its consumption of its GPU's counter set. Devices of one GPU are allocated
+    together only if all of them share a group; a device naming none pairs only with others naming none
+    (k8s.io/api@v0.37.2 resource/v1 DeviceCounterConsumption.CompatibilityGroups: at most 2, unique, DNS
+    labels)."""
+    if not raw:
+        return {}
+    where = r.at("compatibilityGroups")
+    if mode != "dynamic":
+        r.fail(where, "needs mode dynamic (only devices that consume a shared counter set have groups)")
+        return {}
+    result: dict[str, tuple[str, ...]] = {}
+    keys = (WHOLE_GPU, *table)
+    for key, groups in raw.items():
+        at = f"{where}.{key}"
+        if key not in keys:
+            r.fail(at, f"{key!r} is neither the whole GPU nor a MIG profile of this model", ", ".join(keys))
+            continue
+        if not isinstance(groups, list) or not groups:
+            r.fail(at, "must be a non-empty list of group names",
+                   f"1..{MAX_COMPATIBILITY_GROUPS} DNS labels, e.g. [small]")
+            continue
+        bad = next((g for g in groups if not isinstance(g, str) or not DNS_LABEL.match(g)), None)
+        if bad is not None:
+            r.fail(at, f"{bad!r} is not a group name", "a DNS label: lowercase letters, digits, '-'")
+        elif len(set(groups)) != len(groups):
+            r.fail(at, "names a group twice", "unique group names")
+        elif len(groups) > MAX_COMPATIBILITY_GROUPS:
+            r.fail(at, f"names {len(groups)} groups", f"at most {MAX_COMPATIBILITY_GROUPS}")
+        else:
+            result[key] = tuple(groups)
+    return result
 
 
 ATTACH_OUTCOMES = ("succeeds", "fails-once", "fails", "never")
@@ -408,6 +515,7 @@ def _storage_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> Stor
     prefix = r.str("namePrefix", default=kind, pattern=DNS_LABEL, allowed="a DNS label")
     attach = _attachments(r, count, roots, numa_ids, need_root=(kind == "nvme"))
     extra = _extra_attributes(r)
+    node_allocatable = _node_allocatable(r)
     sharing = r.mapping("sharing")
     shareable = "sharing" in r.data
     default = sharing.quantity("default", required=shareable)
@@ -420,7 +528,7 @@ def _storage_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> Stor
         return None
     _check_sharing(sharing, capacity, default, minimum, step)
     return StorageGroup(kind, model or kind, count, capacity, attach, shareable, default, minimum, step,
-                        prefix or kind, extra, io_share)
+                        prefix or kind, extra, io_share, node_allocatable)
 
 
 def _check_sharing(sharing: Reader, capacity: str, default: str | None, minimum: str | None,
@@ -484,10 +592,26 @@ def _nic_group(r: Reader, roots: dict[str, int], numa_ids: set[int]) -> NicGroup
     prefix = r.str("namePrefix", default="nic", pattern=DNS_LABEL, allowed="a DNS label")
     attach = _attachments(r, count, roots, numa_ids, need_root=True)
     extra = _extra_attributes(r)
+    node_allocatable = _node_allocatable(r)
     r.done()
     if model is None or count is None or bandwidth is None or not attach:
         return None
-    return NicGroup(model, count, bandwidth, attach, prefix or "nic", extra)
+    return NicGroup(model, count, bandwidth, attach, prefix or "nic", extra, node_allocatable)
+
+
+def _check_partition_type(profile: Profile, problems: list[Problem]) -> None:
+    """`mig.partitionType` needs a node with one GPU. The slice's contract: "devices sharing a value must share
+    the same ConsumesCounters cost" (k8s.io/api@v0.37.2 resource/v1 ResourceSliceSpec.PartitionTypeAttribute),
+    and a cost names its counter set (k8s.io/kubernetes@v1.37.2 pkg/controller/resourcepoolstatusrequest
+    views.go consumesCountersKey): the MIG instances of two GPUs, each drawing on its own GPU's set, never cost
+    the same, so the pool-status controller would answer PartitionCostMismatch."""
+    gpus = sum(g.count for g in profile.gpus)
+    for i, group in enumerate(profile.gpus):
+        if group.partition_type and gpus != 1:
+            problems.append(Problem(profile.source, f"spec.gpus[{i}].mig.partitionType",
+                                    f"needs exactly one GPU on the node, the profile has {gpus} (devices of one "
+                                    "partition type must consume the same counters, counter set included)",
+                                    "count: 1 and no other GPU group; or no partitionType"))
 
 
 def _check_names(profile: Profile, problems: list[Problem]) -> None:

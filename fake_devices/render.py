@@ -22,7 +22,7 @@ from typing import Any
 
 from fake_devices import faultkinds, mig
 from fake_devices.errors import Problem
-from fake_devices.hardware import Attachment, GpuGroup, NicGroup, Profile, StorageGroup
+from fake_devices.hardware import WHOLE_GPU, Attachment, GpuGroup, NicGroup, NodeAllocatable, Profile, StorageGroup
 from fake_devices.schema import DNS_LABEL
 
 STD = "resource.kubernetes.io/"
@@ -40,6 +40,7 @@ MANAGED_BY = "dra-harness-fake-devices"
 LABEL_PROFILE = "dra-harness.x-k8s.io/profile"
 INSTANCE_LABEL = "dra-harness.x-k8s.io/fake-driver-instance"  # which fake-driver instance published a slice
 FAULT_TAINT_KEY = faultkinds.TAINT_KEY
+PARTITION_TYPE = "partitionType"  # the attribute a slice names in partitionTypeAttribute (DRAPartitionableDevicesType)
 
 
 
@@ -107,12 +108,14 @@ def _gpu_devices(node: str, group: GpuGroup, per_root: dict) -> tuple[list[dict]
                   "computeCapability": {"string": group.compute_capability}, **topology, **group.attributes}
         if group.interconnect:
             common["interconnect"] = {"string": group.interconnect}
-        full = {"name": name, "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid},
-                                             "index": {"int": i}, "migCapable": {"bool": bool(table)}, **common},
-                "capacity": {"memory": {"value": group.memory},
-                             "multiprocessors": {"value": str(group.multiprocessors)}}}
-        binding = _binding_fields(group)
-        full.update(copy.deepcopy(binding))
+        full: dict[str, Any] = {"name": name, "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid},
+                                                        "index": {"int": i}, "migCapable": {"bool": bool(table)},
+                                                        **common},
+                                 "capacity": {"memory": {"value": group.memory},
+                                              "multiprocessors": {"value": str(group.multiprocessors)}}}
+        # fields every device of the group carries, the whole GPU and each MIG placement alike
+        shared_fields = {**_binding_fields(group), **_node_allocatable_fields(group.node_allocatable)}
+        full.update(copy.deepcopy(shared_fields))
         if group.mig_mode == "none":
             devices.append(full)
             continue
@@ -122,11 +125,14 @@ def _gpu_devices(node: str, group: GpuGroup, per_root: dict) -> tuple[list[dict]
             placements = [(p, start) for p in table.values() for start in p.starts]
         counter_set = f"{name}-slices" if group.mig_mode == "dynamic" else None
         if counter_set:
-            counters = {f"memory-slice-{s}": {"value": "1"} for s in range(mig.MEMORY_SLICES)}
+            counters = _memory_slice_counters(group)
             counters.update({"compute-slices": {"value": str(mig.COMPUTE_SLICES)}, "memory": {"value": group.memory},
                              "media-units": {"value": "1"}})
             counter_sets.append({"name": counter_set, "counters": counters})
-            full["consumesCounters"] = [{"counterSet": counter_set, "counters": copy.deepcopy(counters)}]
+            full["consumesCounters"] = [_consumption(counter_set, copy.deepcopy(counters),
+                                                     group.compatibility_groups.get(WHOLE_GPU))]
+            if group.partition_type:
+                full["attributes"][PARTITION_TYPE] = {"string": WHOLE_GPU}
             devices.append(full)  # the whole GPU takes every slice, so it excludes all its partitions
         for profile, start in placements:
             mig_name = f"{name}-mig-{profile.device_suffix}-{start}"
@@ -144,14 +150,51 @@ def _gpu_devices(node: str, group: GpuGroup, per_root: dict) -> tuple[list[dict]
                       "capacity": {"memory": {"value": memory},
                                    "multiprocessors": {"value": str(profile.multiprocessors)}}}
             if counter_set:
-                used = {f"memory-slice-{s}": {"value": "1"} for s in profile.memory_slices(start)}
+                used = ({"memory-slices": {"value": str(profile.size)}} if group.partition_type else
+                        {f"memory-slice-{s}": {"value": "1"} for s in profile.memory_slices(start)})
                 used.update({"compute-slices": {"value": str(profile.compute)}, "memory": {"value": memory}})
                 if profile.media:
                     used["media-units"] = {"value": "1"}
-                device["consumesCounters"] = [{"counterSet": counter_set, "counters": used}]
-            device.update(copy.deepcopy(binding))
+                device["consumesCounters"] = [_consumption(counter_set, used,
+                                                           group.compatibility_groups.get(profile.name))]
+            if group.partition_type:
+                attributes[PARTITION_TYPE] = {"string": profile.name}
+            device.update(copy.deepcopy(shared_fields))
             devices.append(device)
     return devices, counter_sets
+
+
+def _memory_slice_counters(group: GpuGroup) -> dict:
+    """A MIG GPU's memory slices as counters: one per slice, so that a placement takes the very slices it
+    occupies; or, with partition types, their number alone (all placements of a profile then cost the same,
+    as the partition-type contract needs, and the allocator no longer tells placements apart)."""
+    if group.partition_type:
+        return {"memory-slices": {"value": str(mig.MEMORY_SLICES)}}
+    return {f"memory-slice-{s}": {"value": "1"} for s in range(mig.MEMORY_SLICES)}
+
+
+def _consumption(counter_set: str, counters: dict, groups: tuple[str, ...] | None) -> dict:
+    """A device's use of its GPU's counter set, with its compatibility groups (DRADeviceCompatibilityGroups)."""
+    consumption: dict = {"counterSet": counter_set, "counters": counters}
+    if groups:
+        consumption["compatibilityGroups"] = list(groups)
+    return consumption
+
+
+def _node_allocatable_fields(entries: tuple[NodeAllocatable, ...]) -> dict:
+    """A device's nodeAllocatableResources (DRANodeAllocatableResources, k8s.io/api@v0.37.2 resource/v1
+    NodeAllocatableResource): perDevice as mapping.deviceMultiplier, perPod/perContainer as overhead."""
+    resources: dict = {}
+    for entry in entries:
+        value: dict = {}
+        if entry.per_device is not None:
+            value["mapping"] = {"deviceMultiplier": entry.per_device}
+        overhead = {key: q for key, q in (("perPod", entry.per_pod), ("perContainer", entry.per_container))
+                    if q is not None}
+        if overhead:
+            value["overhead"] = overhead
+        resources[entry.resource] = value
+    return {"nodeAllocatableResources": resources} if resources else {}
 
 
 def _binding_fields(group: GpuGroup) -> dict:
@@ -192,6 +235,7 @@ def _storage_devices(node: str, group: StorageGroup, per_root: dict) -> list[dic
                                                                               "validRange": valid_range}}
         if group.shareable:
             device["allowMultipleAllocations"] = True
+        device.update(_node_allocatable_fields(group.node_allocatable))
         devices.append(device)
     return devices
 
@@ -206,7 +250,8 @@ def _nic_devices(node: str, group: NicGroup, per_root: dict) -> list[dict]:
                         "attributes": {"type": {"string": "nic"}, "model": {"string": group.model},
                                        "macAddress": {"string": mac}, "index": {"int": i},
                                        **_topology(attach, under_root), **group.attributes},
-                        "capacity": {"bandwidth": {"value": group.bandwidth}}})
+                        "capacity": {"bandwidth": {"value": group.bandwidth}},
+                        **_node_allocatable_fields(group.node_allocatable)})
     return devices
 
 
@@ -318,6 +363,10 @@ def render_node(profile: Profile, node: str, drivers: Drivers, *, generation: in
                 spec["sharedCounters"] = sets
             else:
                 spec["devices"] = chunk
+                if shape.skip_node_operations:  # DRAOptionalNodeOperations: copied into each allocation result
+                    spec["skipNodeOperations"] = list(shape.skip_node_operations)
+                if any(PARTITION_TYPE in d.get("attributes", {}) and "consumesCounters" in d for d in chunk):
+                    spec["partitionTypeAttribute"] = f"{driver}/{PARTITION_TYPE}"
             metadata: dict = {"name": slice_name(node, driver, index),
                               "labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL_PROFILE: profile.name,
                                          INSTANCE_LABEL: instance}}
@@ -336,7 +385,7 @@ def render_node(profile: Profile, node: str, drivers: Drivers, *, generation: in
 # `attributes` must not redefine them.
 GENERATED_ATTRIBUTES = {
     "gpus": {"type", "uuid", "index", "migCapable", "model", "architecture", "computeCapability", "interconnect",
-             "parentUUID", "parentIndex", "profile", "placementStart", "placementSize"},
+             "parentUUID", "parentIndex", "profile", "placementStart", "placementSize", PARTITION_TYPE},
     "storage": {"type", "model", "serial", "index"},
     "nics": {"type", "model", "macAddress", "index"},
 }

@@ -182,6 +182,10 @@ class Reader:
             return {}
         return value
 
+    def handled(self, key: Any) -> None:
+        """Mark a key as read whose problem was already reported, so `done` does not call it unknown too."""
+        self._seen.add(key)
+
     def done(self) -> None:
         """Report keys nobody asked for (typos)."""
         for key in self.data:
