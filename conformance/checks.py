@@ -10,7 +10,7 @@ from typing import Any
 
 from conformance import objects
 from conformance.objects import ENV_DONE
-from harness.k8s import api, errors, wait
+from harness.k8s import errors, wait, watching
 from harness.k8s.client import Clients
 
 
@@ -209,49 +209,29 @@ class PodHistory:
         self.k8s, self.namespace = k8s, namespace
         self.events: list[tuple[float, str, Any]] = []  # (monotonic time, event type, pod)
         self._changed = threading.Condition()
-        self._stop = threading.Event()
-        self._watch: api.Watch | None = None
-        self._thread: threading.Thread | None = None
         self.error: Exception | None = None
+        self._follow = watching.Follow(k8s.core.list_namespaced_pod, namespace, on_event=self._record,
+                                       on_error=self._broke, name=f"pod-history-{namespace}")
 
     def __enter__(self) -> "PodHistory":
-        version = self.k8s.core.list_namespaced_pod(self.namespace).metadata.resource_version
-        self._thread = threading.Thread(target=self._run, args=(version,), name=f"pod-history-{self.namespace}",
-                                        daemon=True)
-        self._thread.start()
+        self._follow.start(self.k8s.core.list_namespaced_pod(self.namespace).metadata.resource_version)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._watch is not None:
-            self._watch.stop()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._follow.stop()
 
-    def _run(self, version: str) -> None:
-        while not self._stop.is_set():
-            self._watch = api.Watch()
-            try:
-                for event in self._watch.stream(self.k8s.core.list_namespaced_pod, self.namespace,
-                                                resource_version=version, timeout_seconds=20,
-                                                allow_watch_bookmarks=True):
-                    arrived = time.monotonic()
-                    obj = event["object"]
-                    version = obj.metadata.resource_version
-                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        with self._changed:
-                            self.events.append((arrived, event["type"], obj))
-                            self._changed.notify_all()
-                    if self._stop.is_set():
-                        return
-            except Exception as err:  # a history with a gap would be a lie: report it to waiters
-                if not self._stop.is_set():
-                    with self._changed:
-                        self.error = err
-                        self._changed.notify_all()
-                return
-            finally:
-                self._watch.stop()
+    def _record(self, kind: str, pod: Any) -> None:
+        arrived = time.monotonic()
+        with self._changed:
+            self.events.append((arrived, kind, pod))
+            self._changed.notify_all()
+
+    def _broke(self, err: Exception) -> bool:
+        # a history with a gap would be a lie (no relist after a 410): report it to waiters and end
+        with self._changed:
+            self.error = err
+            self._changed.notify_all()
+        return False
 
     def first(self, pod: str, predicate) -> tuple[float, Any] | None:
         """(arrival time, pod) of the first recorded change of `pod` with predicate(type, pod) true."""

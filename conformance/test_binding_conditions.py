@@ -15,13 +15,12 @@ profile's `binding.attach` says.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from conformance import checks, objects
-from harness.k8s import api, wait
+from harness.k8s import wait, watching
 from harness.pytest_plugin.allocations import CLAIM_MODEL  # the client's name for the v1 ResourceClaim
 
 BINDING = pytest.mark.dra_feature("DRADeviceBindingConditions", maturity="beta")
@@ -52,31 +51,18 @@ class ClaimHistory:
     def __init__(self, k8s, namespace: str):
         self.k8s, self.namespace = k8s, namespace
         self.states: list[tuple[float, object]] = []
-        self._stop = threading.Event()
-        self._watch = api.Watch(return_type=CLAIM_MODEL)
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"claim-history-{namespace}")
+        # a dropped stream resumes from the last version seen (on_error: keep going)
+        self._follow = watching.Follow(k8s.resource.list_namespaced_resource_claim, namespace,
+                                       on_event=lambda kind, claim: self.states.append((time.monotonic(), claim)),
+                                       on_error=lambda err: True, model=CLAIM_MODEL,
+                                       name=f"claim-history-{namespace}")
 
     def __enter__(self) -> "ClaimHistory":
-        self._version = self.k8s.resource.list_namespaced_resource_claim(self.namespace).metadata.resource_version
-        self._thread.start()
+        self._follow.start(self.k8s.resource.list_namespaced_resource_claim(self.namespace).metadata.resource_version)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._watch.stop()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        version = self._version
-        while not self._stop.is_set():
-            try:
-                for event in self._watch.stream(self.k8s.resource.list_namespaced_resource_claim, self.namespace,
-                                                resource_version=version, timeout_seconds=20):
-                    version = event["object"].metadata.resource_version
-                    self.states.append((time.monotonic(), event["object"]))
-            except Exception:  # a dropped stream: resume from the last version seen
-                if not self._stop.wait(0.2):
-                    self._watch = api.Watch(return_type=CLAIM_MODEL)
+        self._follow.stop()
 
     def first(self, predicate) -> tuple[float, object] | None:
         return next(((t, c) for t, c in list(self.states) if predicate(c)), None)

@@ -4,7 +4,6 @@ blocking calls; concurrency comes from gevent pools."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import gevent
@@ -12,7 +11,7 @@ import gevent.event
 import gevent.pool
 
 from fake_devices.config import PROFILE_LABEL
-from harness.k8s import api, errors
+from harness.k8s import api, errors, watching
 from load.scenarios import LOAD_LABEL
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -28,15 +27,13 @@ class BindingWatch:
         self.core, self.namespace = core, namespace
         self.bound_at: dict[str, float] = {}
         self.claimed: set[str] = set()
-        self._greenlet: threading.Thread | None = None
-        self._watch: api.Watch | None = None
         self._changed = gevent.event.Event()
-        self._stopping = False
         # What the watch itself saw, so a timed-out event can say whether the watch was the problem.
         self.events_seen = 0
         self.last_event_at: float | None = None
         self.restarts = 0
         self.error: str | None = None  # why the watch stopped, if it stopped before stop()
+        self._follow: watching.Follow | None = None
 
     def start(self) -> "BindingWatch":
         listing = self.core.list_namespaced_pod(self.namespace)
@@ -45,47 +42,38 @@ class BindingWatch:
             if pod.spec.node_name:
                 self.bound_at[pod.metadata.name] = now
                 self.claimed.add(pod.metadata.name)  # bound before the run: never an event's result
-        # A (gevent-patched) thread rather than gevent.spawn: locust mistakes greenlets spawned during
-        # test_start for users when it stops them.
-        self._greenlet = threading.Thread(target=self._run, args=(listing.metadata.resource_version,),
-                                          name="binding-watch", daemon=True)
-        self._greenlet.start()
+        # Its thread is a (gevent-patched) thread rather than a greenlet: locust mistakes greenlets spawned
+        # during test_start for users when it stops them.
+        self._follow = watching.Follow(self.core.list_namespaced_pod, self.namespace, on_event=self._seen,
+                                       on_relist=self._relisted, on_error=self._failed, timeout_seconds=300,
+                                       bookmarks=False, name="binding-watch").start(listing.metadata.resource_version)
         return self
 
-    def _run(self, resource_version: str) -> None:
-        while not self._stopping:
-            self._watch = api.Watch()
-            try:
-                for event in self._watch.stream(self.core.list_namespaced_pod, self.namespace,
-                                                resource_version=resource_version, timeout_seconds=300):
-                    pod = event["object"]
-                    self.events_seen += 1
-                    self.last_event_at = time.monotonic()
-                    resource_version = pod.metadata.resource_version
-                    if pod.spec.node_name and pod.metadata.name not in self.bound_at:
-                        self.bound_at[pod.metadata.name] = time.monotonic()
-                        self._changed.set()
-            except errors.ApiError as err:
-                if not errors.expired(err):
-                    self.error = f"the pod watch failed: {err.status} {err.reason}"
-                    return
-                self.restarts += 1
-                listing = self.core.list_namespaced_pod(self.namespace)
-                for pod in listing.items:  # bound while no watch ran: the list is the only one to say so
-                    if pod.spec.node_name and pod.metadata.name not in self.bound_at:
-                        self.bound_at[pod.metadata.name] = time.monotonic()
-                        self._changed.set()
-                resource_version = listing.metadata.resource_version
-            except Exception as err:
-                if self._stopping:  # stop() closed the stream under us
-                    return
-                self.error = f"the pod watch failed: {type(err).__name__}: {err}"
-                return
+    def _seen(self, kind: str, pod) -> None:
+        self.events_seen += 1
+        self.last_event_at = time.monotonic()
+        self._bound(pod)
+
+    def _bound(self, pod) -> None:
+        if pod.spec.node_name and pod.metadata.name not in self.bound_at:
+            self.bound_at[pod.metadata.name] = time.monotonic()
+            self._changed.set()
+
+    def _relisted(self, pods: list) -> None:
+        self.restarts += 1  # after a 410: bound while no watch ran, the list is the only one to say so
+        for pod in pods:
+            self._bound(pod)
+
+    def _failed(self, err: Exception) -> bool:
+        if isinstance(err, errors.ApiError):
+            self.error = f"the pod watch failed: {err.status} {err.reason}"
+        else:
+            self.error = f"the pod watch failed: {type(err).__name__}: {err}"
+        return False
 
     def stop(self) -> None:
-        self._stopping = True
-        if self._watch:
-            self._watch.stop()
+        if self._follow is not None:
+            self._follow.stop(join_seconds=0)
 
     def next_binding_after(self, since: float, timeout: float, among: set[str] | None = None,
                            issued: float | None = None) -> float | None:

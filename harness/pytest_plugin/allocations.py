@@ -7,9 +7,7 @@ come and go within the test (a pod's generated claim, deleted with the pod) are 
 
 from __future__ import annotations
 
-import threading
-
-from harness.k8s import api, errors
+from harness.k8s import watching
 from harness.k8s.client import Clients
 
 CLAIM_MODEL = "ResourceV1ResourceClaim"
@@ -28,72 +26,35 @@ class AllocatedDrivers:
         self.k8s, self.namespace = k8s, namespace
         self.drivers: set[str] = set()
         self.complete = True  # False when the watch broke: the record may miss claims
-        self._stop = threading.Event()
-        self._watch: api.Watch | None = None
-        self._thread: threading.Thread | None = None
+        # A version compacted away while the test was quiet (each stream ends after 10 s and resumes from the
+        # last version seen) is listed again. The client names the claim model ResourceV1ResourceClaim; the
+        # watch would guess V1ResourceClaim from the list call, fail on every first event, and leave only the
+        # claims still there at the end.
+        self._follow = watching.Follow(k8s.resource.list_namespaced_resource_claim, namespace, on_event=self._event,
+                                       on_relist=self._listed, on_error=self._broke, model=CLAIM_MODEL,
+                                       timeout_seconds=10, list_timeout=LIST_TIMEOUT, name=f"allocations-{namespace}")
 
     def __enter__(self) -> "AllocatedDrivers":
         version = self.k8s.resource.list_namespaced_resource_claim(self.namespace).metadata.resource_version
-        self._thread = threading.Thread(target=self._run, args=(version,), daemon=True,
-                                        name=f"allocations-{self.namespace}")
-        self._thread.start()
+        self._follow.start(version)
         return self
 
-    def _run(self, version: str) -> None:
-        while not self._stop.is_set():
-            # The client names the claim model ResourceV1ResourceClaim; the watch would guess V1ResourceClaim
-            # from the list call, fail on every first event, and leave only the claims still there at the end.
-            self._watch = api.Watch(return_type=CLAIM_MODEL)
-            try:
-                for event in self._watch.stream(self.k8s.resource.list_namespaced_resource_claim, self.namespace,
-                                                resource_version=version, timeout_seconds=10,
-                                                allow_watch_bookmarks=True):
-                    obj = event["object"]
-                    if isinstance(obj, dict):  # a BOOKMARK: only metadata, which the client leaves a dict
-                        version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                        continue
-                    version = obj.metadata.resource_version
-                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self.drivers |= _drivers(obj)
-                    if self._stop.is_set():
-                        return
-            except errors.ApiError as error:
-                if errors.expired(error) and not self._stop.is_set():
-                    # The version got compacted away while the test was quiet (each watch ends after 10 s
-                    # and resumes from the last event's version): relist and go on from there.
-                    version = self._relist()
-                    if version:
-                        continue
-                if not self._stop.is_set():
-                    self.complete = False
-                return
-            except Exception:  # e.g. the namespace went away: say the record may be short
-                if not self._stop.is_set():
-                    self.complete = False
-                return
-            finally:
-                self._watch.stop()
+    def _event(self, kind: str, claim) -> None:
+        self.drivers |= _drivers(claim)
 
-    def _relist(self) -> str:
-        """Collect the claims there now; their list's version ("" when the list failed)."""
-        try:
-            listed = self.k8s.resource.list_namespaced_resource_claim(self.namespace, _request_timeout=LIST_TIMEOUT)
-        except Exception:
-            return ""
-        for claim in listed.items:
+    def _listed(self, claims: list) -> None:
+        for claim in claims:
             self.drivers |= _drivers(claim)
-        return listed.metadata.resource_version
+
+    def _broke(self, err: Exception) -> bool:  # e.g. the namespace went away: say the record may be short
+        self.complete = False
+        return False
 
     def __exit__(self, *exc) -> None:
         try:  # what is still there now, in case the last event had not arrived yet
             # bounded: through an apiserver whose etcd died the list hangs for minutes (CI, etcd killed)
             listed = self.k8s.resource.list_namespaced_resource_claim(self.namespace, _request_timeout=LIST_TIMEOUT)
-            for claim in listed.items:
-                self.drivers |= _drivers(claim)
+            self._listed(listed.items)
         except Exception:
             self.complete = False
-        self._stop.set()
-        if self._watch is not None:
-            self._watch.stop()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._follow.stop(join_seconds=5)

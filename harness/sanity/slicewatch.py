@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from harness.k8s import api, errors
+from harness.k8s import api, errors, watching
 
 
 @dataclass(frozen=True)
@@ -86,50 +86,42 @@ def incomplete_spells(events: list[Event], until: float) -> dict[tuple[str, str]
 
 @dataclass
 class SliceWatch:
-    """A thread that records every event of `drivers`' ResourceSlices until `stop()`."""
+    """Records every event of `drivers`' ResourceSlices until `stop()`: a list first, whose slices count as
+    added then, and the changes after it."""
 
     api_client: api.ApiClient
     drivers: tuple[str, ...]
     events: list[Event] = field(default_factory=list)
     error: str = ""
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _follow: watching.Follow | None = None
+    _listed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> SliceWatch:
-        self._thread = threading.Thread(target=self._run, name="slice-watch", daemon=True)
-        self._thread.start()
+        resource = api.ResourceV1Api(self.api_client)
+        follow = watching.Follow(resource.list_resource_slice, on_event=self._record, on_relist=self._relisted,
+                                 on_error=self._failed, raw=True, timeout_seconds=5, bookmarks=False,
+                                 name="slice-watch")
+        try:
+            self._follow = follow.start()
+        except Exception as err:  # no first list: the checks over time say why they have nothing
+            self._failed(err)
         return self
 
-    def _run(self) -> None:
-        resource = api.ResourceV1Api(self.api_client)
-        version = None
-        while not self._stop.is_set():
-            watch = api.Watch()
-            try:
-                if version is None:  # a list first; its items count as added now
-                    listing = resource.list_resource_slice()
-                    version = listing.metadata.resource_version
-                    for item in listing.items:
-                        self._record("ADDED", self.api_client.sanitize_for_serialization(item))
-                for event in watch.stream(resource.list_resource_slice, resource_version=version, timeout_seconds=5):
-                    obj = event["raw_object"]
-                    version = obj["metadata"].get("resourceVersion") or version
-                    self._record(event["type"], obj)
-                    if self._stop.is_set():
-                        break
-            except errors.ApiError as err:
-                if errors.expired(err):  # too old: list again (a gap the checks cannot judge: say so)
-                    version = None
-                    self.error = "the watch was restarted (410 Gone): events in between may be missing"
-                    continue
-                self.error = f"the slice watch failed: {err.status} {err.reason}"
-                return
-            except Exception as err:  # the watch must never take the checks down
-                self.error = f"the slice watch failed: {type(err).__name__}: {err}"
-                return
-            finally:
-                watch.stop()
+    def _relisted(self, items: list[dict]) -> None:
+        if self._listed:  # the version was too old: a gap the checks cannot judge, so say so
+            self.error = "the watch was restarted (410 Gone): events in between may be missing"
+        self._listed = True
+        for item in items:
+            self._record("ADDED", item)
+
+    def _failed(self, err: Exception) -> bool:
+        # the watch must never take the checks down: it ends, and the checks read why
+        if isinstance(err, errors.ApiError):
+            self.error = f"the slice watch failed: {err.status} {err.reason}"
+        else:
+            self.error = f"the slice watch failed: {type(err).__name__}: {err}"
+        return False
 
     def _record(self, kind: str, obj: dict) -> None:
         if kind in ("ADDED", "MODIFIED", "DELETED") and (obj.get("spec") or {}).get("driver") in self.drivers:
@@ -141,6 +133,5 @@ class SliceWatch:
             return list(self.events)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        if self._follow is not None:
+            self._follow.stop()
