@@ -40,7 +40,13 @@ from harness.backends import manifests
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
 from harness.backends.commands import Runner, Step, action, command, run_quiet
 from harness.backends.common import api_ready as _api_ready
-from harness.backends.common import find_kubectl, known_gates, kubeconfig_endpoint, validate_name
+from harness.backends.common import (
+    find_kubectl,
+    kept_or_removed_on_failure,
+    known_gates,
+    kubeconfig_endpoint,
+    validate_name,
+)
 from harness.backends.kindhost import docker, driverbase, nodeimage
 from harness.backends.kindhost.docker import Engine, Facts
 from harness.binaries import gobuild, kindtool
@@ -502,7 +508,6 @@ class KindBackend(Backend):
         except BaseException:
             self._release(checked[0])
             raise
-        created = False
         runner = Runner(self.reporter, env=tools.env, actions={
             "write-files": lambda: self._write_files(plan, options),
             "drop-archive": lambda: (plan.directory / "driver-image.tar").unlink(missing_ok=True),
@@ -510,28 +515,27 @@ class KindBackend(Backend):
             "wait-rollout": lambda: self._wait(plan, "rollout"),
             "wait-slices": lambda: self._wait(plan, "slices"),
         })
-        try:
+        created = False
+
+        def remove_failed() -> None:
+            try:
+                if created:  # from `kind create cluster` on, a failure must delete the cluster
+                    Runner(Reporter(quiet=True), env=tools.env).run_all(down_steps(plan.name, plan.directory, tools))
+                    self._remove_node_containers(plan.name, tools)
+                shutil.rmtree(plan.directory, ignore_errors=True)
+            except HarnessError as err:  # never hide the failure that got us here
+                self.reporter.info(f"clean-up failed too: {err}; state kept in {plan.directory}")
+            self._release(plan.name)
+
+        with kept_or_removed_on_failure(self.reporter, options.keep_on_failure,
+                                        keep_it=lambda: self._save(plan, options, phase="failed"),
+                                        keep_note=f"keeping the failed cluster for inspection: {plan.directory}",
+                                        remove_it=remove_failed):
             self._inotify_room(plan)
             for step in plan.steps:
                 if step.argv[:3] == (tools.kind, "create", "cluster"):
-                    created = True  # from here on a failure must delete the cluster
+                    created = True
                 runner.run(step)
-        except BaseException:
-            if options.keep_on_failure:
-                self._save(plan, options, phase="failed")
-                self.reporter.info(f"keeping the failed cluster for inspection: {plan.directory}")
-            else:
-                with self.reporter.step("cleaning up after the failed start"):
-                    try:
-                        if created:
-                            Runner(Reporter(quiet=True), env=tools.env).run_all(
-                                down_steps(plan.name, plan.directory, tools))
-                            self._remove_node_containers(plan.name, tools)
-                        shutil.rmtree(plan.directory, ignore_errors=True)
-                    except HarnessError as err:  # never hide the failure that got us here
-                        self.reporter.info(f"clean-up failed too: {err}; state kept in {plan.directory}")
-                    self._release(plan.name)
-            raise
         self._save(plan, options, phase="running")
         return self.info(plan.name)
 
