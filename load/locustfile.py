@@ -33,8 +33,9 @@ from harness.k8s import api, errors
 from harness.k8s.client import https_get, tls_context
 from load import cluster_ops as ops
 from load import metrics, scenarios, throughput
+from load.processstate import ProcessState
 
-STATE: dict = {}  # per process: clients, watch, queues of event targets, counters
+STATE = ProcessState()  # per process: clients, watch, queues of event targets, counters
 
 # Distributed mode: the master's set-up and a worker's start (locust rebuilds its argument parser for
 # every option the master sends) hold the gevent loop for seconds on a loaded machine, longer than
@@ -88,12 +89,12 @@ def _on_init(environment, **_) -> None:
 
 
 def _clients(options):
-    if "api" not in STATE:
+    if STATE.api is None:
         configuration = keyfiles.load_configuration(options.kubeconfig)
         configuration.connection_pool_maxsize = 64  # before the ApiClient exists: it sizes its pool once
         client = api.ApiClient(configuration)
-        STATE.update(api=client, core=api.CoreV1Api(client), resource=api.ResourceV1Api(client))
-    return STATE["core"], STATE["resource"]
+        STATE.api, STATE.core, STATE.resource = client, api.CoreV1Api(client), api.ResourceV1Api(client)
+    return STATE.core, STATE.resource
 
 
 def _scrape(options) -> dict:
@@ -110,14 +111,15 @@ def _setup(environment, **_) -> None:
     core, resource = _clients(options)
     namespace = options.namespace or f"load-{options.scenario}"
     gpu_driver = f"gpu.{options.driver_domain}"
-    STATE.update(namespace=namespace, driver=gpu_driver, fired=0, latencies=[], pods_created=0,
-                 cpu_start=psutil.Process().cpu_times(), wall_start=time.monotonic(), environment=environment,
-                 budget=_budget(options, environment.runner), measured=0, shares=[], created={}, create_failed={})
-    STATE["targets"] = _targets(options, environment.runner)
+    STATE.new_run()
+    STATE.namespace, STATE.driver, STATE.environment = namespace, gpu_driver, environment
+    STATE.cpu_start, STATE.wall_start = psutil.Process().cpu_times(), time.monotonic()
+    STATE.budget = _budget(options, environment.runner)
+    STATE.targets = _targets(options, environment.runner)
     if isinstance(environment.runner, WorkerRunner):
-        STATE["watch"] = ops.BindingWatch(core, namespace).start()
+        STATE.watch = ops.BindingWatch(core, namespace).start()
         return  # set-up belongs to the master; a worker takes its share of the event targets
-    STATE["metrics_before"] = _scrape(options)
+    STATE.metrics_before = _scrape(options)
     try:
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     except errors.Conflict:  # it exists
@@ -147,7 +149,7 @@ def _setup(environment, **_) -> None:
         ops.wait_until("the initial pods to be scheduled", lambda: ops.count_bound(core, namespace, set(first)) == len(first), 600)
         waiting = set()
     if scenario == "claim-shared":
-        scheduling = api.SchedulingV1beta1Api(STATE["api"])
+        scheduling = api.SchedulingV1beta1Api(STATE.api)
         groups = [f"grp-{i}" for i in range(options.pending // 2)]
         for group in groups:
             scheduling.create_namespaced_pod_group(namespace, ops.pod_group_with_claim(group, "one-gpu",
@@ -165,14 +167,14 @@ def _setup(environment, **_) -> None:
         ops.create_pods(core, namespace, bodies)
         ops.wait_until("every waiting pod to be parked as unschedulable",
                        lambda: ops.all_unschedulable(core, namespace, waiting), 600)
-    STATE["watch"] = ops.BindingWatch(core, namespace).start()
+    STATE.watch = ops.BindingWatch(core, namespace).start()
     if scenario not in scenarios.BURST_SCENARIOS:  # the window starts with nothing left to retry
-        STATE["queue_settle"] = {"before": _wait_queue_settled(options)}
-    STATE["setup_seconds"] = round(time.monotonic() - STATE["wall_start"], 2)
-    STATE["wall_start"] = time.monotonic()
-    STATE["cpu_start"] = psutil.Process().cpu_times()
-    STATE["window_start"] = conditions.snapshot(options.conditions_root_pid or None)  # the measured window
-    STATE["metrics_window_start"] = _scrape(options)  # the scheduler's counters without the set-up
+        STATE.queue_settle = {"before": _wait_queue_settled(options)}
+    STATE.setup_seconds = round(time.monotonic() - STATE.wall_start, 2)
+    STATE.wall_start = time.monotonic()
+    STATE.cpu_start = psutil.Process().cpu_times()
+    STATE.window_start = conditions.snapshot(options.conditions_root_pid or None)  # the measured window
+    STATE.metrics_window_start = _scrape(options)  # the scheduler's counters without the set-up
 
 
 def _marks(options) -> dict:
@@ -223,45 +225,45 @@ def _targets(options, runner):
 @events.test_stop.add_listener
 def _teardown(environment, **_) -> None:
     options = environment.parsed_options
-    if "watch" in STATE:
-        STATE["watch"].stop()
+    if STATE.watch is not None:
+        STATE.watch.stop()
     if isinstance(environment.runner, WorkerRunner) or not options.results_file:
         return
-    window_end = STATE.get("window_end") or conditions.snapshot(options.conditions_root_pid or None)
+    window_end = STATE.window_end or conditions.snapshot(options.conditions_root_pid or None)
     after = _scrape(options)
     cpu = psutil.Process().cpu_times()
-    wall = time.monotonic() - STATE["wall_start"]
-    used = (cpu.user + cpu.system) - (STATE["cpu_start"].user + STATE["cpu_start"].system)
+    wall = time.monotonic() - STATE.wall_start
+    used = (cpu.user + cpu.system) - (STATE.cpu_start.user + STATE.cpu_start.system)
     _merge_shares()
     result = {"scenario": options.scenario, "nodes": options.nodes, "pending": options.pending,
-              "events": STATE["fired"], "latencies_ms": [round(x * 1000, 2) for x in STATE["latencies"]],
-              "failed_events": STATE.get("failures", []), "setup_seconds": STATE.get("setup_seconds"),
-              "scheduler": metrics.summary(metrics.delta(STATE.get("metrics_before", {}), after)) if after else {},
+              "events": STATE.fired, "latencies_ms": [round(x * 1000, 2) for x in STATE.latencies],
+              "failed_events": STATE.failures, "setup_seconds": STATE.setup_seconds,
+              "scheduler": metrics.summary(metrics.delta(STATE.metrics_before, after)) if after else {},
               "generator": {"wall_seconds": round(wall, 2), "cpu_seconds": round(used, 2),
                             "cpu_percent": round(100 * used / wall, 1) if wall else 0.0,
-                            "events_per_second": round(STATE["fired"] / wall, 2) if wall else 0.0,
-                            "pods_created": STATE["pods_created"],
-                            "pods_created_per_second": round(STATE["pods_created"] / wall, 1) if wall else 0.0}}
-    if "window_start" in STATE:
-        result["conditions"] = conditions.summarize(STATE["window_start"], window_end, psutil.cpu_count() or 1)
-    if "queue_settle" in STATE:
-        result["queue_settle"] = STATE["queue_settle"]
-    if after and STATE.get("metrics_window_start"):  # the scheduler's CPU over the measured window only
-        result["scheduler_window"] = metrics.summary(metrics.delta(STATE["metrics_window_start"], after))
+                            "events_per_second": round(STATE.fired / wall, 2) if wall else 0.0,
+                            "pods_created": STATE.pods_created,
+                            "pods_created_per_second": round(STATE.pods_created / wall, 1) if wall else 0.0}}
+    if STATE.window_start is not None:
+        result["conditions"] = conditions.summarize(STATE.window_start, window_end, psutil.cpu_count() or 1)
+    if STATE.queue_settle is not None:
+        result["queue_settle"] = STATE.queue_settle
+    if after and STATE.metrics_window_start:  # the scheduler's CPU over the measured window only
+        result["scheduler_window"] = metrics.summary(metrics.delta(STATE.metrics_window_start, after))
     if options.scenario == "steady-state" and options.in_flight:
         # closed loop: how fast the scheduler went with K pods always waiting (every pod created counts,
         # including the last ones, created before --duration ran out and bound after)
         result["steady_state"] = {"mode": "closed loop", "in_flight": options.in_flight, "duration": options.duration,
-                                  "arrivals": STATE["fired"],
-                                  "throughput": throughput.figures(STATE["created"], STATE["watch"].bound_at),
-                                  "most_waiting_at_once": throughput.most_in_flight(STATE["created"],
-                                                                                    STATE["watch"].bound_at)}
+                                  "arrivals": STATE.fired,
+                                  "throughput": throughput.figures(STATE.created, STATE.watch.bound_at),
+                                  "most_waiting_at_once": throughput.most_in_flight(STATE.created,
+                                                                                    STATE.watch.bound_at)}
     elif options.scenario == "steady-state":
-        result["steady_state"] = {"mode": "open loop", "rate": options.rate, "arrivals": STATE["fired"],
-                                  "late_arrivals": STATE.get("late_arrivals", 0),
-                                  "max_lag_seconds": round(STATE.get("max_lag", 0.0), 3)}
+        result["steady_state"] = {"mode": "open loop", "rate": options.rate, "arrivals": STATE.fired,
+                                  "late_arrivals": STATE.late_arrivals,
+                                  "max_lag_seconds": round(STATE.max_lag, 3)}
     if options.scenario in scenarios.BURST_SCENARIOS:
-        result["throughput"] = _throughput(STATE["core"], STATE["namespace"], options.pending - options.pending // 2)
+        result["throughput"] = _throughput(STATE.core, STATE.namespace, options.pending - options.pending // 2)
     # locust's own aggregate (on a master it includes every worker's requests; percentiles are locust's
     # approximations, so the raw latencies above are preferred when this process measured them itself)
     total = environment.runner.stats.total
@@ -283,15 +285,15 @@ def _teardown(environment, **_) -> None:
             writer.writerow(stats_csv.failures_columns)
             stats_csv._failures_data_rows(writer)
     core, resource = _clients(options)
-    ops.cleanup(core, resource, STATE["namespace"], options.run_label)
+    ops.cleanup(core, resource, STATE.namespace, options.run_label)
 
 
 def _throughput(core, namespace: str, burst: int) -> dict:
     """The burst's figures (load/throughput.py); complete only if every pod was created and bound,
     otherwise how many were not and why, from the pods themselves."""
-    created, failed = STATE["created"], STATE["create_failed"]
-    result = throughput.figures(created, STATE["watch"].bound_at)
-    unbound = {name for name in created if name not in STATE["watch"].bound_at}
+    created, failed = STATE.created, STATE.create_failed
+    result = throughput.figures(created, STATE.watch.bound_at)
+    unbound = {name for name in created if name not in STATE.watch.bound_at}
     reasons = dict(collections.Counter(failed.values()))
     if unbound:
         pods = core.list_namespaced_pod(namespace, label_selector=ops.LOAD_LABEL).items
@@ -307,7 +309,7 @@ def _throughput(core, namespace: str, burst: int) -> dict:
 @events.request.add_listener
 def _on_request(name, **_) -> None:
     if name == "unblocked -> bound":  # one event measured (bound or failed)
-        STATE["measured"] = STATE.get("measured", 0) + 1
+        STATE.measured = STATE.measured + 1
         # checked once locust's own listener has counted this request too (it was registered after
         # ours), so a worker's last stats report includes it
         gevent.spawn(_check_share_done)
@@ -320,41 +322,41 @@ QUEUE_SETTLE_TIMEOUT = 300.0  # bound of the wait for the scheduler to retry wha
 def _check_share_done() -> None:
     """Called after every measured event (throughput: every create call): once this process's share is
     done, a local run ends (after the burst is bound: _finish_run); a worker tells the master."""
-    environment = STATE["environment"]
-    if STATE["environment"].parsed_options.scenario in scenarios.BURST_SCENARIOS:
-        done = len(STATE["created"]) + len(STATE["create_failed"]) >= STATE["budget"]
+    environment = STATE.environment
+    if STATE.environment.parsed_options.scenario in scenarios.BURST_SCENARIOS:
+        done = len(STATE.created) + len(STATE.create_failed) >= STATE.budget
     else:
-        done = STATE["measured"] >= STATE["budget"]
-    if not done or STATE.get("share_done"):
+        done = STATE.measured >= STATE.budget
+    if not done or STATE.share_done:
         return
-    STATE["share_done"] = True
+    STATE.share_done = True
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         runner._send_stats()  # locust's aggregate on the master then has every request before the run ends
-        runner.send_message(SHARE_DONE, {"fired": STATE["fired"], "latencies": STATE["latencies"],
-                                         "failures": STATE.get("failures", []), "pods_created": STATE["pods_created"],
-                                         "created": STATE["created"], "create_failed": STATE["create_failed"]})
+        runner.send_message(SHARE_DONE, {"fired": STATE.fired, "latencies": STATE.latencies,
+                                         "failures": STATE.failures, "pods_created": STATE.pods_created,
+                                         "created": STATE.created, "create_failed": STATE.create_failed})
     else:
         gevent.spawn(_finish_run, environment)
 
 
 def _share_reported(environment, msg) -> None:
     """On the master: a worker's share is done; when all are, the run ends."""
-    STATE["shares"].append(msg.data)
-    if len(STATE["shares"]) == _worker_count(environment.parsed_options):
+    STATE.shares.append(msg.data)
+    if len(STATE.shares) == _worker_count(environment.parsed_options):
         _finish_run(environment)
 
 
 def _merge_shares() -> None:
     """On the master: the workers' measurements join its own (it measured nothing itself)."""
-    for share in STATE.pop("shares", []):
-        STATE["fired"] += share["fired"]
-        STATE["latencies"].extend(share["latencies"])
-        STATE.setdefault("failures", []).extend(share["failures"])
-        STATE["pods_created"] += share["pods_created"]
-        STATE["created"].update({name: tuple(times) for name, times in share["created"].items()})
-        STATE["create_failed"].update(share["create_failed"])
-    STATE["shares"] = []
+    shares, STATE.shares = STATE.shares, []
+    for share in shares:
+        STATE.fired += share["fired"]
+        STATE.latencies.extend(share["latencies"])
+        STATE.failures.extend(share["failures"])
+        STATE.pods_created += share["pods_created"]
+        STATE.created.update({name: tuple(times) for name, times in share["created"].items()})
+        STATE.create_failed.update(share["create_failed"])
 
 
 def _finish_run(environment) -> None:
@@ -363,17 +365,17 @@ def _finish_run(environment) -> None:
     options = environment.parsed_options
     if options.scenario in scenarios.BURST_SCENARIOS:
         _merge_shares()
-        missing = STATE["watch"].wait_all_bound(set(STATE["created"]), options.event_timeout)
-        for name, (issued, _) in sorted(STATE["created"].items(), key=lambda item: item[1]):
-            bound = STATE["watch"].bound_at.get(name)
+        missing = STATE.watch.wait_all_bound(set(STATE.created), options.event_timeout)
+        for name, (issued, _) in sorted(STATE.created.items(), key=lambda item: item[1]):
+            bound = STATE.watch.bound_at.get(name)
             environment.events.request.fire(
                 request_type="throughput", name="created -> bound", context={}, response_length=0,
                 response_time=((bound if bound is not None else time.monotonic()) - issued) * 1000,
                 exception=None if name not in missing else PodNotBound(
                     f"pod {name} not bound; no pod got bound for {options.event_timeout:.0f}s"))
-    elif "queue_settle" in STATE:
-        STATE["queue_settle"]["after"] = _wait_queue_settled(options)
-    STATE["window_end"] = conditions.snapshot(options.conditions_root_pid or None)
+    elif STATE.queue_settle is not None:
+        STATE.queue_settle["after"] = _wait_queue_settled(options)
+    STATE.window_end = conditions.snapshot(options.conditions_root_pid or None)
     environment.runner.quit()
 
 
@@ -404,7 +406,7 @@ class PodNotBound(Exception):
 def _finish(user: User) -> None:
     """This user has no event left to fire: it stops. The run ends when every fired event was
     measured (_check_share_done), not when the first user runs out."""
-    STATE["budget"] = min(STATE["budget"], STATE["fired"])
+    STATE.budget = min(STATE.budget, STATE.fired)
     _check_share_done()
     raise StopUser()
 
@@ -434,24 +436,24 @@ class DRAUser(User):
     @task
     def event(self) -> None:
         options = self.environment.parsed_options
-        if STATE.get("fired", 0) >= STATE["budget"]:
+        if STATE.fired >= STATE.budget:
             _finish(self)
-        STATE["fired"] += 1
-        number = STATE["fired"]
+        STATE.fired += 1
+        number = STATE.fired
         started = time.monotonic()
         try:
             self._unblock()
         except StopIteration:  # no target left: not an event
-            STATE["fired"] -= 1
+            STATE.fired -= 1
             _finish(self)
         except Exception as err:  # noqa: BLE001 - any failed API call is a failed event, with its reason
             _fail(self, number, f"event {number} ({self._describe()}): the unblocking API call failed: "
                                 f"{_error_text(err)}", time.monotonic() - started)
             return
         since = time.monotonic()
-        latency = STATE["watch"].next_binding_after(since, options.event_timeout, self._among(), issued=started)
+        latency = STATE.watch.next_binding_after(since, options.event_timeout, self._among(), issued=started)
         if latency is None:
-            reason = ops.explain_unbound(STATE["core"], STATE["namespace"], STATE["watch"], since, _queues(options))
+            reason = ops.explain_unbound(STATE.core, STATE.namespace, STATE.watch, since, _queues(options))
             try:
                 reason = "; ".join(filter(None, [self._effect(), reason]))
             except Exception as err:  # noqa: BLE001 - only a diagnosis
@@ -459,7 +461,7 @@ class DRAUser(User):
             _fail(self, number, f"event {number} ({self._describe()}): no waiting pod bound within "
                                 f"{options.event_timeout:.0f}s; {reason}", options.event_timeout)
             return
-        STATE["latencies"].append(latency)
+        STATE.latencies.append(latency)
         self.environment.events.request.fire(request_type=options.scenario, name="unblocked -> bound",
                                              response_time=latency * 1000, response_length=0, exception=None,
                                              context={})
@@ -469,7 +471,7 @@ class DRAUser(User):
 def _fail(user: User, number: int, reason: str, seconds: float) -> None:
     """A failed event: a locust failure (so locust's CSV and HTML show the reason) and a record for
     the run's summary."""
-    STATE.setdefault("failures", []).append({"event": number, "reason": reason})
+    STATE.failures.append({"event": number, "reason": reason})
     user.environment.events.request.fire(request_type=user.environment.parsed_options.scenario,
                                          name="unblocked -> bound", response_time=seconds * 1000, response_length=0,
                                          exception=EventFailed(reason), context={})
@@ -496,14 +498,14 @@ def _queues(options) -> dict[str, float]:
 
 class DeviceFreedUser(DRAUser):
     def _unblock(self) -> None:
-        pod = self.target = next(STATE["targets"])
+        pod = self.target = next(STATE.targets)
         self.last_target = f"delete running pod {pod}"
-        STATE["core"].delete_namespaced_pod(pod, STATE["namespace"], grace_period_seconds=0)
+        STATE.core.delete_namespaced_pod(pod, STATE.namespace, grace_period_seconds=0)
 
     def _effect(self) -> str:
         pod = self.target
         try:
-            STATE["core"].read_namespaced_pod(pod, STATE["namespace"])
+            STATE.core.read_namespaced_pod(pod, STATE.namespace)
         except errors.NotFound:
             return ""
         except errors.ApiError as err:
@@ -517,13 +519,13 @@ class ClaimSharedUser(DeviceFreedUser):
 
 class SliceAddedUser(DRAUser):
     def _unblock(self) -> None:
-        node = self.target = next(STATE["targets"])
+        node = self.target = next(STATE.targets)
         self.last_target = f"give node {node} its devices"
-        ops.label_node_with_profile(STATE["core"], node, self.environment.parsed_options.device_profile)
+        ops.label_node_with_profile(STATE.core, node, self.environment.parsed_options.device_profile)
 
     def _effect(self) -> str:
         node = self.target
-        slices = STATE["resource"].list_resource_slice(field_selector=f"spec.nodeName={node}").items
+        slices = STATE.resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
         devices = sum(len(s.spec.devices or []) for s in slices)
         return f"node {node} has {len(slices)} ResourceSlices with {devices} devices" + (
             " (the driver has not published them)" if not slices else "")
@@ -531,18 +533,18 @@ class SliceAddedUser(DRAUser):
 
 class TaintRemovedUser(DRAUser):
     def _unblock(self) -> None:
-        rule = next(STATE["targets"])
+        rule = next(STATE.targets)
         self.last_target = f"delete DeviceTaintRule {rule}"
-        STATE["resource"].delete_device_taint_rule(rule)
+        STATE.resource.delete_device_taint_rule(rule)
 
 
 class ClassCreatedUser(DRAUser):
     def _unblock(self) -> None:
-        i = next(STATE["targets"])
+        i = next(STATE.targets)
         options = self.environment.parsed_options
         name = f"{options.driver_instance}-gpu-{i}"
         self.last_target = f"create DeviceClass {name}"
-        STATE["resource"].create_device_class(ops.extended_class(name, STATE["driver"], _class_resource(options, i),
+        STATE.resource.create_device_class(ops.extended_class(name, STATE.driver, _class_resource(options, i),
                                                                   label=options.run_label))
 
 
@@ -552,22 +554,22 @@ class ThroughputUser(User):
 
     @task
     def event(self) -> None:
-        if STATE["fired"] >= STATE["budget"]:
+        if STATE.fired >= STATE.budget:
             _check_share_done()  # a worker whose share is empty still reports it
             raise StopUser()
-        STATE["fired"] += 1
-        name = next(STATE["targets"])
+        STATE.fired += 1
+        name = next(STATE.targets)
         issued = time.monotonic()
         try:
-            STATE["core"].create_namespaced_pod(STATE["namespace"], _burst_pod(self.environment.parsed_options, name))
+            STATE.core.create_namespaced_pod(STATE.namespace, _burst_pod(self.environment.parsed_options, name))
         except errors.ApiError as err:  # the pod cannot count: the run will fail, saying so
-            STATE["create_failed"][name] = f"create failed: {err.status} {err.reason}"
+            STATE.create_failed[name] = f"create failed: {err.status} {err.reason}"
             self.environment.events.request.fire(request_type="throughput", name="create", context={},
                                                  response_time=(time.monotonic() - issued) * 1000,
                                                  response_length=0, exception=err)
         else:
-            STATE["created"][name] = (issued, time.monotonic())
-            STATE["pods_created"] += 1
+            STATE.created[name] = (issued, time.monotonic())
+            STATE.pods_created += 1
         _check_share_done()
 
 
@@ -591,26 +593,28 @@ class SteadyStateUser(DRAUser):
 
     def _unblock(self) -> None:
         options = self.environment.parsed_options
-        start = STATE.setdefault("arrival_start", time.monotonic())
+        if STATE.arrival_start is None:
+            STATE.arrival_start = time.monotonic()
+        start = STATE.arrival_start
         if options.in_flight and time.monotonic() - start >= options.duration:
             raise StopIteration  # the closed loop's time is up: no more arrivals
-        number = next(STATE["targets"])
+        number = next(STATE.targets)
         if not options.in_flight:  # open loop: arrival k is due at start + k / rate
             lag = time.monotonic() - (start + number / options.rate)
             if lag < 0:
                 gevent.sleep(-lag)
             elif lag > 0.1:  # every user was busy when this arrival was due
-                STATE["late_arrivals"] = STATE.get("late_arrivals", 0) + 1
-                STATE["max_lag"] = max(STATE.get("max_lag", 0.0), lag)
+                STATE.late_arrivals = STATE.late_arrivals + 1
+                STATE.max_lag = max(STATE.max_lag, lag)
         self.target = f"arrival-{number}"
         self.last_target = f"create pod {self.target}"
         issued = time.monotonic()
-        STATE["core"].create_namespaced_pod(STATE["namespace"], _pod(options, self.target, template="one-gpu"))
-        STATE["created"][self.target] = (issued, time.monotonic())  # for the closed loop's pods/s
-        STATE["pods_created"] += 1
+        STATE.core.create_namespaced_pod(STATE.namespace, _pod(options, self.target, template="one-gpu"))
+        STATE.created[self.target] = (issued, time.monotonic())  # for the closed loop's pods/s
+        STATE.pods_created += 1
 
     def _among(self) -> set[str] | None:
         return {self.target}
 
     def _after_bound(self) -> None:
-        errors.ignore_missing(STATE["core"].delete_namespaced_pod, self.target, STATE["namespace"], grace_period_seconds=0)
+        errors.ignore_missing(STATE.core.delete_namespaced_pod, self.target, STATE.namespace, grace_period_seconds=0)
