@@ -207,3 +207,37 @@ def test_driver_process_exits_3_instead_of_ready_when_a_slice_is_refused(k8s, dr
     assert f"(node {simulated_node}, driver " in result.stderr and "at spec.devices[0].name: " in result.stderr
     assert not k8s.resource.list_resource_slice(
         label_selector=f"{INSTANCE_LABEL}={instance}").items  # --delete-on-exit left nothing behind
+
+
+def test_a_node_allocatable_profile_on_a_node_without_the_feature_is_refused_naming_node_and_feature(
+        k8s, simulated_node, dra_namespace, unique_name, tmp_path):
+    """Admission refuses a slice with nodeAllocatableResources for a node whose status.declaredFeatures lacks
+    DRANodeAllocatableResources (a simulated node declares nothing): publishing fails naming the slice, the
+    node and the server's reason, instead of retrying in silence (docs/fake-devices.md)."""
+    from fake_devices import config as driver_config
+    from fake_devices.controller import PublishError
+
+    if "DRANodeAllocatableResources" in (k8s.core.read_node(simulated_node).status.declared_features or []):
+        pytest.skip(f"node {simulated_node} declares DRANodeAllocatableResources")
+    path = tmp_path / "host-memory.yaml"
+    path.write_text("""apiVersion: dra-harness.x-k8s.io/v1alpha1
+kind: NodeProfile
+metadata: {name: host-memory}
+spec:
+  numaNodes: [{id: 0, cpus: "0-3", memory: 8Gi, pcieRoots: [pci0000:10]}]
+  gpus:
+  - {model: T4, count: 1, attach: [{pcieRoot: pci0000:10}], nodeAllocatable: {memory: {perPod: 1Gi}}}
+""")
+    instance = unique_name("fdn")
+    config = driver_config.build(instance, f"{instance}.example.com", [], nodes={simulated_node: str(path)},
+                                 namespace=dra_namespace, workers=2)
+    driver = FakeDriver(config, k8s.api_client).start()
+    try:
+        with pytest.raises(PublishError) as info:
+            driver.publish(timeout=30)
+    finally:
+        driver.stop(delete_slices=True)
+    text = str(info.value)
+    name = render.slice_name(simulated_node, driver.drivers.gpu, 0)
+    assert f"ResourceSlice {name} (node {simulated_node}, driver {driver.drivers.gpu})" in text, text
+    assert "(403 Forbidden)" in text and f'node "{simulated_node}" does not support DRANodeAllocatableResources' in text, text
