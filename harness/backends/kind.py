@@ -47,7 +47,7 @@ from harness.backends.common import (
     kubeconfig_endpoint,
     validate_name,
 )
-from harness.backends.kindhost import docker, driverbase, nodeimage
+from harness.backends.kindhost import docker, driverbase, enginechoice, nodeimage
 from harness.backends.kindhost.docker import Engine, Facts
 from harness.binaries import gobuild, kindtool
 from harness.config import capabilities, featuregates
@@ -401,8 +401,8 @@ class KindBackend(Backend):
         if name is None:  # a look (status): our dockerd if it runs, else the machine's engine
             engine = docker.running()
             return preflight(which=which_with_cached_kind, env=engine.environ() if engine else None)
-        facts = docker.detect()
-        decision = docker.decide(facts)
+        facts = enginechoice.detect()
+        decision = enginechoice.decide(facts)
         if decision.problems:  # no engine possible: say what is missing, build nothing
             return preflight(which=which_with_cached_kind)
         which = self._kind_provided()

@@ -301,10 +301,10 @@ def run(argv: list[str], out=sys.stdout) -> int:
 
 def _kind(args, reporter: Reporter, out) -> int:
     from harness.backends import kind  # lazy: subcommand
-    from harness.backends.kindhost import docker, nodeimage  # lazy: subcommand
+    from harness.backends.kindhost import docker, enginechoice, nodeimage  # lazy: subcommand
 
-    facts = docker.detect()
-    decision = docker.decide(facts)
+    facts = enginechoice.detect()
+    decision = enginechoice.decide(facts)
     if args.action == "engine":
         print("; ".join(decision.problems) if decision.problems else decision.describe(), file=out)
         return 1 if decision.problems else 0

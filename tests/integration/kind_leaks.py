@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 from harness.backends import kind
-from harness.backends.kindhost import docker, hostnet
+from harness.backends.kindhost import docker, enginechoice, hostnet
 from harness.backends.local.realnode import host as machine_settings
 from harness.core import paths
 
@@ -24,7 +24,7 @@ def why_not(what: str) -> str | None:
         return f"opt-in: set DRA_HARNESS_KIND_E2E=1 ({what})"
     if not (os.environ.get("DRA_HARNESS_KIND") or kind.which_with_cached_kind("kind")):
         return "kind is neither on PATH nor in the cache (dra-harness binaries install --kind)"
-    return "; ".join(docker.decide(docker.detect()).problems) or None
+    return "; ".join(enginechoice.decide(enginechoice.detect()).problems) or None
 
 
 def engine_env() -> dict[str, str] | None:
@@ -32,7 +32,7 @@ def engine_env() -> dict[str, str] | None:
     ours = docker.running()
     if ours is not None:
         return ours.environ()
-    facts = docker.detect()
+    facts = enginechoice.detect()
     return dict(os.environ) if facts.engine_reachable else None
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.backends.kindhost import capabilities, docker, hostnet, wrapper_file
+from harness.backends.kindhost import capabilities, docker, enginechoice, hostnet, wrapper_file
 from harness.core.errors import HarnessError
 
 FULL = "000001ffffffffff"  # 41 capabilities (cap_last_cap 40), all there
@@ -61,15 +61,15 @@ def _runner(info_code=0, info_out="28.2.2\n", info_err=""):
 
 
 def _detect(*present, euid=0, capbnd=FULL, **run):
-    return docker.detect(which=_which(*present), run=_runner(**run), status_text=_status(capbnd), last_cap=40,
+    return enginechoice.detect(which=_which(*present), run=_runner(**run), status_text=_status(capbnd), last_cap=40,
                          euid=euid)
 
 
 def test_a_reachable_engine_is_used_as_it_is_and_nothing_else_matters():
     facts = _detect("docker", euid=1000, capbnd=NO_SYS_RESOURCE)
     assert facts.engine_reachable and facts.missing_caps == ("CAP_SYS_RESOURCE",)
-    decision = docker.decide(facts)
-    assert decision == docker.Decision(use_existing=True)  # no wrapper, no dockerd, no install
+    decision = enginechoice.decide(facts)
+    assert decision == enginechoice.Decision(use_existing=True)  # no wrapper, no dockerd, no install
     assert decision.describe() == "using the machine's Docker engine as it is"
 
 
@@ -78,29 +78,29 @@ def test_an_unreachable_engine_is_reported_with_dockers_own_words():
                     info_err="Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker "
                              "daemon running?\n")
     assert not facts.engine_reachable and facts.engine_error.startswith("Cannot connect to the Docker daemon")
-    decision = docker.decide(facts)
+    decision = enginechoice.decide(facts)
     assert decision.start_own and not decision.install and not decision.wrapper_drops and not decision.problems
 
 
 def test_no_cli_means_no_engine_and_nothing_is_run():
     run = _runner()
-    facts = docker.detect(which=_which("runc"), run=run, status_text=_status(FULL), last_cap=40, euid=0)
+    facts = enginechoice.detect(which=_which("runc"), run=run, status_text=_status(FULL), last_cap=40, euid=0)
     assert facts.cli is None and not facts.engine_reachable and run.calls == []
 
 
 def test_root_with_apt_get_installs_docker_io_and_starts_its_own():
-    decision = docker.decide(_detect("apt-get", "runc"))
+    decision = enginechoice.decide(_detect("apt-get", "runc"))
     assert decision.install and decision.start_own and not decision.problems
     assert decision.describe().startswith("installing Debian's docker.io with apt-get; starting a dockerd")
 
 
 def test_a_docker_cli_without_dockerd_still_needs_the_package():
-    decision = docker.decide(_detect("docker", "apt-get", "runc", info_code=1, info_out=""))
+    decision = enginechoice.decide(_detect("docker", "apt-get", "runc", info_code=1, info_out=""))
     assert decision.install and decision.start_own
 
 
 def test_missing_capabilities_register_the_wrapper():
-    decision = docker.decide(_detect("docker", "dockerd", "runc", capbnd=NO_SYS_RESOURCE, info_code=1, info_out=""))
+    decision = enginechoice.decide(_detect("docker", "dockerd", "runc", capbnd=NO_SYS_RESOURCE, info_code=1, info_out=""))
     assert decision.start_own and decision.wrapper_drops == ("CAP_SYS_RESOURCE",)
     assert "runc wrapper dropping CAP_SYS_RESOURCE" in decision.describe()
 
@@ -111,7 +111,7 @@ def test_missing_capabilities_register_the_wrapper():
     (("docker", "dockerd", "runc", "apt-get"), 1000, "starting dockerd needs root"),
 ])
 def test_what_cannot_be_done_is_said(present, euid, problem):
-    decision = docker.decide(_detect(*present, euid=euid, info_code=1, info_out=""))
+    decision = enginechoice.decide(_detect(*present, euid=euid, info_code=1, info_out=""))
     assert not decision.start_own and not decision.install and problem in decision.problems[0]
 
 
@@ -370,7 +370,7 @@ def fake_engine(tmp_path, monkeypatch):
     machine = []  # the machine-wide record (shared with real nodes): who registered and left, in order
     monkeypatch.setattr(docker.machine_settings, "acquire", lambda owner: machine.append(("acquire", owner)) or [])
     monkeypatch.setattr(docker.machine_settings, "release", lambda owner: machine.append(("release", owner)) or [])
-    facts = docker.Facts(cli=str(bin_dir / "docker"), engine_reachable=False, engine_error="no", dockerd=str(
+    facts = enginechoice.Facts(cli=str(bin_dir / "docker"), engine_reachable=False, engine_error="no", dockerd=str(
         bin_dir / "dockerd"), runc="/usr/sbin/runc", root=True, apt_get="/usr/bin/apt-get",
         missing_caps=("CAP_SYS_RESOURCE",))
     return docker.Layout(tmp_path / "kd"), facts, restored, machine
