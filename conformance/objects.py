@@ -238,3 +238,14 @@ def shell_pod(name: str, node: str, claim_template: str) -> dict:
     """A pod on the real node whose container prints its DRA_* environment, then waits."""
     return pod_on_node(name, node, SHELL_IMAGE, command=PRINT_DRA_ENV,
                                claim_template=claim_template)
+
+
+def node_profile(directory, name: str, devices: str) -> str:
+    """Write a fake-driver NodeProfile `name` to `directory` and return its path: one NUMA node with CPUs
+    0-15, 64Gi and the PCIe root pci0000:10, and `devices`, the YAML of the spec's device groups (`gpus:`,
+    `nics:`, ... indented by two spaces, attached to pci0000:10)."""
+    path = directory / f"{name}.yaml"
+    path.write_text("apiVersion: dra-harness.x-k8s.io/v1alpha1\nkind: NodeProfile\n"
+                    f"metadata: {{name: {name}}}\nspec:\n"
+                    '  numaNodes: [{id: 0, cpus: "0-15", memory: 64Gi, pcieRoots: [pci0000:10]}]\n' + devices)
+    return str(path)

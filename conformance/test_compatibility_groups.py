@@ -188,12 +188,7 @@ def test_api_validates_compatibility_groups(k8s, unique_name, simulated_node):
 
 # --- the same rule on the fake driver's MIG GPU (a profile's mig.compatibilityGroups) ---------------
 
-HOMOGENEOUS_MIG = """apiVersion: dra-harness.x-k8s.io/v1alpha1
-kind: NodeProfile
-metadata: {name: homogeneous-mig}
-spec:
-  numaNodes: [{id: 0, cpus: "0-15", memory: 64Gi, pcieRoots: [pci0000:10]}]
-  gpus:
+HOMOGENEOUS_MIG = """  gpus:
   - model: A100-SXM4-80GB
     count: 1
     attach: [{pcieRoot: pci0000:10}]
@@ -208,9 +203,7 @@ def test_the_fake_drivers_mig_sizes_in_different_groups_never_share_a_gpu(k8s, d
     """1g.10gb at memory slice 0 and 3g.40gb at slices 4-7 fit the A100's counters together; the groups alone
     keep them apart, while two 1g.10gb instances share the GPU."""
     ns, node = dra_namespace, simulated_node
-    path = tmp_path / "homogeneous-mig.yaml"
-    path.write_text(HOMOGENEOUS_MIG)
-    driver = fake_driver({node: str(path)})
+    driver = fake_driver({node: objects.node_profile(tmp_path, "homogeneous-mig", HOMOGENEOUS_MIG)})
     gpu = driver.drivers.gpu
     published = checks.published_device(k8s, gpu, node, "gpu-0-mig-1g-10gb-0")
     assert [list(c.compatibility_groups or []) for c in published.consumes_counters] == [["small"]], published

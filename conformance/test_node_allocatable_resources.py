@@ -246,19 +246,12 @@ def test_api_and_admission_refuse_bad_node_allocatable_resources(k8s, unique_nam
 # --- the fake driver's GPUs with a cpu share (a profile's nodeAllocatable) ---------------------------
 
 def _gpu_profile(tmp_path) -> str:
-    path = tmp_path / "gpu-with-host-cpu.yaml"
-    path.write_text("""apiVersion: dra-harness.x-k8s.io/v1alpha1
-kind: NodeProfile
-metadata: {name: gpu-with-host-cpu}
-spec:
-  numaNodes: [{id: 0, cpus: "0-3", memory: 8Gi, pcieRoots: [pci0000:10]}]
-  gpus:
+    return objects.node_profile(tmp_path, "gpu-with-host-cpu", """  gpus:
   - model: T4
     count: 2
     attach: [{pcieRoot: pci0000:10}]
     nodeAllocatable: {cpu: {perDevice: 2}}   # each allocated GPU takes 2 of the node's cpu
 """)
-    return str(path)
 
 
 @pytest.mark.fake_devices("a profile whose GPUs take a share of the node's cpu")

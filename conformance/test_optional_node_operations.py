@@ -134,12 +134,7 @@ def test_a_node_that_does_not_declare_the_feature_gets_no_such_device(k8s: Clien
     assert not (claim.status and claim.status.allocation), f"claim {claim.metadata.name}: {claim.status.allocation}"
 
 
-SKIPPING_NIC = """apiVersion: dra-harness.x-k8s.io/v1alpha1
-kind: NodeProfile
-metadata: {name: skipping-nic}
-spec:
-  numaNodes: [{id: 0, cpus: "0-3", memory: 8Gi, pcieRoots: [pci0000:10]}]
-  nics:
+SKIPPING_NIC = """  nics:
   - model: virtual-function
     bandwidth: 10G
     attach: [{pcieRoot: pci0000:10}]
@@ -157,9 +152,7 @@ def test_the_fake_drivers_skipping_profile_starts_a_pod_with_no_plugin_on_the_no
     if FEATURE not in (k8s.core.read_node(node).status.declared_features or []):
         pytest.skip(f"node {node} does not declare {FEATURE} (its kubelet has the gate off)")
     real_node.hold()  # a kubelet restarted by another test meanwhile would delete the node's slices
-    path = tmp_path / "skipping-nic.yaml"
-    path.write_text(SKIPPING_NIC)
-    driver = fake_driver({node: str(path)})
+    driver = fake_driver({node: objects.node_profile(tmp_path, "skipping-nic", SKIPPING_NIC)})
     nic = driver.drivers.nic
     published = [s for s in k8s.resource.list_resource_slice(field_selector=f"spec.driver={nic}").items]
     assert published and all(sorted(s.spec.skip_node_operations or []) ==

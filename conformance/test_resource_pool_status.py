@@ -369,12 +369,7 @@ def test_devices_of_one_partition_type_with_different_costs_flag_the_pool(k8s, c
     _complete(answer, 1, incomplete=1)
 
 
-ONE_MIG_GPU = """apiVersion: dra-harness.x-k8s.io/v1alpha1
-kind: NodeProfile
-metadata: {name: one-typed-mig-gpu}
-spec:
-  numaNodes: [{id: 0, cpus: "0-15", memory: 64Gi, pcieRoots: [pci0000:10]}]
-  gpus:
+ONE_MIG_GPU = """  gpus:
   - model: A100-SXM4-80GB
     count: 1
     attach: [{pcieRoot: pci0000:10}]
@@ -391,9 +386,7 @@ def test_the_fake_drivers_mig_gpu_gets_a_partition_summary_per_mig_profile(k8s, 
     MIG profile. Allocating a 3g.40gb instance (3 compute, 4 memory slices, 40Gi) leaves room for one more 3g.40gb
     and no whole GPU; every type's count is what fits the counters left, measured alone (greedy fit)."""
     ns, node = dra_namespace, simulated_node
-    path = tmp_path / "one-typed-mig-gpu.yaml"
-    path.write_text(ONE_MIG_GPU)
-    driver = fake_driver({node: str(path)})
+    driver = fake_driver({node: objects.node_profile(tmp_path, "one-typed-mig-gpu", ONE_MIG_GPU)})
     gpu = driver.drivers.gpu
     attribute = f"{gpu}/partitionType"
 

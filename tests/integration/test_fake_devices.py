@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fake_devices import faults, profile, render
-from fake_devices.controller import INSTANCE_LABEL, FakeDriver
+from fake_devices.controller import INSTANCE_LABEL, FakeDriver, PublishError
 from fake_devices.plan import content
 from harness.k8s import wait
 from harness.k8s.client import Clients
@@ -130,18 +130,11 @@ def test_slices_the_api_server_refuses_fail_publishing_with_slice_field_and_mess
     """A 422 is not retried silently forever: publish() names the slice, the field and the server's message
     (python -m fake_devices then exits non-zero instead of printing `ready`, so `cluster up` fails)."""
     from fake_devices import config as driver_config
-    from fake_devices.controller import PublishError
 
     instance = unique_name("fdr")
     config = driver_config.build(instance, f"{instance}.example.com", [], nodes={simulated_node: "tiny"},
                                  namespace=dra_namespace, workers=2, variant="refused-by-api")
-    driver = FakeDriver(config, k8s.api_client).start()
-    try:
-        with pytest.raises(PublishError) as info:
-            driver.publish(timeout=30)
-    finally:
-        driver.stop(delete_slices=True)
-    text = str(info.value)
+    driver, text = _publish_error(k8s, config)
     # the variant breaks the first device of every driver: whichever slice the driver wrote first is named
     named = [(d, render.slice_name(simulated_node, d, 0)) for d in driver.drivers.all()
              if f"ResourceSlice {render.slice_name(simulated_node, d, 0)} (node {simulated_node}, driver {d})" in text]
@@ -215,7 +208,6 @@ def test_a_node_allocatable_profile_on_a_node_without_the_feature_is_refused_nam
     DRANodeAllocatableResources (a simulated node declares nothing): publishing fails naming the slice, the
     node and the server's reason, instead of retrying in silence (docs/fake-devices.md)."""
     from fake_devices import config as driver_config
-    from fake_devices.controller import PublishError
 
     if "DRANodeAllocatableResources" in (k8s.core.read_node(simulated_node).status.declared_features or []):
         pytest.skip(f"node {simulated_node} declares DRANodeAllocatableResources")
@@ -231,13 +223,19 @@ spec:
     instance = unique_name("fdn")
     config = driver_config.build(instance, f"{instance}.example.com", [], nodes={simulated_node: str(path)},
                                  namespace=dra_namespace, workers=2)
+    driver, text = _publish_error(k8s, config)
+    name = render.slice_name(simulated_node, driver.drivers.gpu, 0)
+    assert f"ResourceSlice {name} (node {simulated_node}, driver {driver.drivers.gpu})" in text, text
+    assert "(403 Forbidden)" in text and f'node "{simulated_node}" does not support DRANodeAllocatableResources' in text, text
+
+
+def _publish_error(k8s, config) -> tuple[FakeDriver, str]:
+    """Start a fake-driver instance whose publishing must fail; return it (stopped, its slices deleted) and
+    the text of the PublishError."""
     driver = FakeDriver(config, k8s.api_client).start()
     try:
         with pytest.raises(PublishError) as info:
             driver.publish(timeout=30)
     finally:
         driver.stop(delete_slices=True)
-    text = str(info.value)
-    name = render.slice_name(simulated_node, driver.drivers.gpu, 0)
-    assert f"ResourceSlice {name} (node {simulated_node}, driver {driver.drivers.gpu})" in text, text
-    assert "(403 Forbidden)" in text and f'node "{simulated_node}" does not support DRANodeAllocatableResources' in text, text
+    return driver, str(info.value)
