@@ -65,19 +65,6 @@ def test_node_allocatable_becomes_mapping_and_overhead_on_every_device_of_the_gr
     assert "nodeAllocatableResources" not in devices["nic-0"]
 
 
-@pytest.mark.parametrize("body, field, fragment", [
-    ("{nvidia.com/gpu: {perPod: 1}}", "spec.nics[0].nodeAllocatable.nvidia.com/gpu", "not a node allocatable resource"),
-    ("{ephemeral-storage: {perPod: 1}}", "spec.nics[0].nodeAllocatable.ephemeral-storage", "not a node allocatable"),
-    ("{cpu: {}}", "spec.nics[0].nodeAllocatable.cpu", "sets nothing"),
-    ("{cpu: {perDevice: 0}}", "spec.nics[0].nodeAllocatable.cpu.perDevice", "must be greater than zero"),
-    ("{memory: {perPod: -1Gi}}", "spec.nics[0].nodeAllocatable.memory.perPod", "is negative"),
-    ("{memory: {perPod: 1Gi, perNode: 1}}", "spec.nics[0].nodeAllocatable.memory.perNode", "unknown field"),
-])
-def test_bad_node_allocatable_is_refused_where_it_is(tmp_path, body, field, fragment):
-    (problem,) = _problems(tmp_path, NIC + f"    nodeAllocatable: {body}\n")
-    assert problem[0] == field and fragment in problem[1], problem
-
-
 # --- compatibilityGroups ----------------------------------------------------------------------
 
 def test_compatibility_groups_go_into_each_devices_counter_consumption(tmp_path):
@@ -97,25 +84,6 @@ def test_compatibility_groups_go_into_each_devices_counter_consumption(tmp_path)
     assert not any("compatibilityGroups" in c for d in _devices(plain).values() for c in d.get("consumesCounters", []))
 
 
-@pytest.mark.parametrize("groups, field, fragment", [
-    ("{9g.1gb: [x]}", "spec.gpus[0].mig.compatibilityGroups.9g.1gb", "neither the whole GPU nor a MIG profile"),
-    ("{gpu: []}", "spec.gpus[0].mig.compatibilityGroups.gpu", "non-empty list"),
-    ("{gpu: whole}", "spec.gpus[0].mig.compatibilityGroups.gpu", "non-empty list"),
-    ("{1g.10gb: [a, b, c]}", "spec.gpus[0].mig.compatibilityGroups.1g.10gb", "names 3 groups"),
-    ("{1g.10gb: [a, a]}", "spec.gpus[0].mig.compatibilityGroups.1g.10gb", "names a group twice"),
-    ("{1g.10gb: [Small]}", "spec.gpus[0].mig.compatibilityGroups.1g.10gb", "is not a group name"),
-])
-def test_bad_compatibility_groups_are_refused_where_they_are(tmp_path, groups, field, fragment):
-    (problem,) = _problems(tmp_path, GPU + f"    mig: {{mode: dynamic, compatibilityGroups: {groups}}}\n")
-    assert problem[0] == field and fragment in problem[1], problem
-
-
-def test_compatibility_groups_need_dynamic_mig(tmp_path):
-    (problem,) = _problems(tmp_path, GPU + "    mig: {mode: fixed, partitions: [{profile: 1g.10gb, start: 0}], "
-                                          "compatibilityGroups: {gpu: [whole]}}\n")
-    assert problem[0] == "spec.gpus[0].mig.compatibilityGroups" and "needs mode dynamic" in problem[1], problem
-
-
 # --- skipNodeOperations -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("skip", [["*"], ["NodeUnprepareResources"], ["NodePrepareResources", "NodeUnprepareResources"]])
@@ -126,16 +94,6 @@ def test_skip_node_operations_go_on_every_slice_with_devices(tmp_path, skip):
     assert with_devices and all(s["spec"]["skipNodeOperations"] == skip for s in with_devices)
     # a slice of counter sets holds no devices, so it has nothing to skip
     assert all("skipNodeOperations" not in s["spec"] for s in slices if "sharedCounters" in s["spec"])
-
-
-@pytest.mark.parametrize("skip, field, fragment", [
-    ("[NodePrepareResources]", "spec.publish.skipNodeOperations", "not NodeUnprepareResources"),
-    ("[Prepare]", "spec.publish.skipNodeOperations[0]", "unknown node operation"),
-    ("['*', '*']", "spec.publish.skipNodeOperations[1]", "listed twice"),
-])
-def test_bad_skip_node_operations_are_refused_where_they_are(tmp_path, skip, field, fragment):
-    (problem,) = _problems(tmp_path, NIC + f"  publish: {{skipNodeOperations: {skip}}}\n")
-    assert problem[0] == field and fragment in problem[1], problem
 
 
 # --- mig.partitionType (DRAPartitionableDevicesType) -------------------------------------------
@@ -161,9 +119,57 @@ def test_partition_type_labels_each_device_and_makes_costs_of_a_type_equal(tmp_p
     assert one["memory-slices"] == {"value": "4"} and "memory-slice-4" not in one
 
 
-def test_partition_type_needs_one_gpu_and_dynamic_mig(tmp_path):
-    (problem,) = _problems(tmp_path, GPU.replace("count: 1", "count: 2") +
-                           "    mig: {mode: dynamic, partitionType: true}\n")
-    assert problem[0] == "spec.gpus[0].mig.partitionType" and "exactly one GPU" in problem[1], problem
-    (problem,) = _problems(tmp_path, GPU + "    mig: {partitionType: true}\n")
-    assert problem[0] == "spec.gpus[0].mig.partitionType" and "needs mode dynamic" in problem[1], problem
+# --- what a profile may not say: each refused naming the field -------------------------------------
+
+
+
+def _dynamic(mig: str, gpu: str = GPU) -> str:
+    """A GPU group with dynamic MIG and `mig`'s further fields."""
+    return gpu + "    mig: {mode: dynamic, " + mig + "}\n"
+
+
+BAD_INPUT = {  # case: (the profile's device groups, the field named, a fragment of the problem)
+    "extended resource": (NIC + "    nodeAllocatable: {nvidia.com/gpu: {perPod: 1}}\n",
+                          "spec.nics[0].nodeAllocatable.nvidia.com/gpu", "not a node allocatable resource"),
+    "ephemeral-storage": (NIC + "    nodeAllocatable: {ephemeral-storage: {perPod: 1}}\n",
+                          "spec.nics[0].nodeAllocatable.ephemeral-storage", "not a node allocatable"),
+    "allocatable nothing": (NIC + "    nodeAllocatable: {cpu: {}}\n", "spec.nics[0].nodeAllocatable.cpu", "sets nothing"),
+    "zero per device": (NIC + "    nodeAllocatable: {cpu: {perDevice: 0}}\n",
+                        "spec.nics[0].nodeAllocatable.cpu.perDevice", "must be greater than zero"),
+    "negative overhead": (NIC + "    nodeAllocatable: {memory: {perPod: -1Gi}}\n",
+                          "spec.nics[0].nodeAllocatable.memory.perPod", "is negative"),
+    "allocatable typo": (NIC + "    nodeAllocatable: {memory: {perPod: 1Gi, perNode: 1}}\n",
+                         "spec.nics[0].nodeAllocatable.memory.perNode", "unknown field"),
+    "unknown group key": (_dynamic("compatibilityGroups: {9g.1gb: [x]}"),
+                          "spec.gpus[0].mig.compatibilityGroups.9g.1gb", "neither the whole GPU nor a MIG profile"),
+    "empty groups": (_dynamic("compatibilityGroups: {gpu: []}"),
+                     "spec.gpus[0].mig.compatibilityGroups.gpu", "non-empty list"),
+    "groups not a list": (_dynamic("compatibilityGroups: {gpu: whole}"),
+                          "spec.gpus[0].mig.compatibilityGroups.gpu", "non-empty list"),
+    "three groups": (_dynamic("compatibilityGroups: {1g.10gb: [a, b, c]}"),
+                     "spec.gpus[0].mig.compatibilityGroups.1g.10gb", "names 3 groups"),
+    "group twice": (_dynamic("compatibilityGroups: {1g.10gb: [a, a]}"),
+                    "spec.gpus[0].mig.compatibilityGroups.1g.10gb", "names a group twice"),
+    "group not a label": (_dynamic("compatibilityGroups: {1g.10gb: [Small]}"),
+                          "spec.gpus[0].mig.compatibilityGroups.1g.10gb", "is not a group name"),
+    "groups without counters": (GPU + "    mig: {mode: fixed, partitions: [{profile: 1g.10gb, start: 0}], "
+                                "compatibilityGroups: {gpu: [whole]}}\n",
+                                "spec.gpus[0].mig.compatibilityGroups", "needs mode dynamic"),
+    "prepare without unprepare": (NIC + "  publish: {skipNodeOperations: [NodePrepareResources]}\n",
+                                  "spec.publish.skipNodeOperations", "not NodeUnprepareResources"),
+    "unknown operation": (NIC + "  publish: {skipNodeOperations: [Prepare]}\n",
+                          "spec.publish.skipNodeOperations[0]", "unknown node operation"),
+    "operation twice": (NIC + "  publish: {skipNodeOperations: ['*', '*']}\n",
+                        "spec.publish.skipNodeOperations[1]", "listed twice"),
+    "partition types of two GPUs": (_dynamic("partitionType: true", GPU.replace("count: 1", "count: 2")),
+                                    "spec.gpus[0].mig.partitionType", "exactly one GPU"),
+    "partition types without counters": (GPU + "    mig: {partitionType: true}\n",
+                                         "spec.gpus[0].mig.partitionType", "needs mode dynamic"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_is_refused_naming_its_field(tmp_path, case):
+    body, field, fragment = BAD_INPUT[case]
+    (problem,) = _problems(tmp_path, body)
+    assert problem[0] == field and fragment in problem[1], problem
