@@ -121,8 +121,6 @@ def test_partition_type_labels_each_device_and_makes_costs_of_a_type_equal(tmp_p
 
 # --- what a profile may not say: each refused naming the field -------------------------------------
 
-
-
 def _dynamic(mig: str, gpu: str = GPU) -> str:
     """A GPU group with dynamic MIG and `mig`'s further fields."""
     return gpu + "    mig: {mode: dynamic, " + mig + "}\n"
