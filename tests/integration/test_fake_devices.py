@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance import objects
 from fake_devices import faults, profile, render
 from fake_devices.controller import INSTANCE_LABEL, FakeDriver, PublishError
 from fake_devices.plan import content
@@ -211,17 +212,11 @@ def test_a_node_allocatable_profile_on_a_node_without_the_feature_is_refused_nam
 
     if "DRANodeAllocatableResources" in (k8s.core.read_node(simulated_node).status.declared_features or []):
         pytest.skip(f"node {simulated_node} declares DRANodeAllocatableResources")
-    path = tmp_path / "host-memory.yaml"
-    path.write_text("""apiVersion: dra-harness.x-k8s.io/v1alpha1
-kind: NodeProfile
-metadata: {name: host-memory}
-spec:
-  numaNodes: [{id: 0, cpus: "0-3", memory: 8Gi, pcieRoots: [pci0000:10]}]
-  gpus:
+    path = objects.node_profile(tmp_path, "host-memory", """  gpus:
   - {model: T4, count: 1, attach: [{pcieRoot: pci0000:10}], nodeAllocatable: {memory: {perPod: 1Gi}}}
 """)
     instance = unique_name("fdn")
-    config = driver_config.build(instance, f"{instance}.example.com", [], nodes={simulated_node: str(path)},
+    config = driver_config.build(instance, f"{instance}.example.com", [], nodes={simulated_node: path},
                                  namespace=dra_namespace, workers=2)
     driver, text = _publish_error(k8s, config)
     name = render.slice_name(simulated_node, driver.drivers.gpu, 0)
