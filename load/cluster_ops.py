@@ -254,11 +254,13 @@ def claim_template(name: str, device_class: str) -> dict:
 
 
 def cleanup(core, resource, namespace: str, label: str = "true") -> None:
-    """Delete what a load run created (namespace, its DeviceTaintRules and DeviceClasses): the objects
+    """Delete what a load run created (namespace, its DeviceTaintRules, DeviceClasses and ResourceSlices): the objects
     labelled with this run's `label` only, so runs sharing a cluster never remove each other's."""
     selector = f"{LOAD_LABEL}={label}"
     for rule in resource.list_device_taint_rule(label_selector=selector).items:
         errors.ignore_missing(resource.delete_device_taint_rule, rule.metadata.name)
     for cls in resource.list_device_class(label_selector=selector).items:
         errors.ignore_missing(resource.delete_device_class, cls.metadata.name)
+    for item in resource.list_resource_slice(label_selector=selector).items:  # requeue-correctness's own pools
+        errors.ignore_missing(resource.delete_resource_slice, item.metadata.name)
     errors.ignore_missing(core.delete_namespace, namespace)

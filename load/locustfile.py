@@ -32,7 +32,7 @@ from harness.core import conditions
 from harness.k8s import api, errors
 from harness.k8s.client import https_get, tls_context
 from load import cluster_ops as ops
-from load import metrics, scenarios, throughput
+from load import metrics, requeue_kinds, scenarios, throughput
 from load.processstate import ProcessState
 
 STATE = ProcessState()  # per process: clients, watch, queues of event targets, counters
@@ -148,6 +148,9 @@ def _setup(environment, **_) -> None:
         ops.create_pods(core, namespace, [_burst_pod(options, n) for n in first])
         ops.wait_until("the initial pods to be scheduled", lambda: ops.count_bound(core, namespace, set(first)) == len(first), 600)
         waiting = set()
+    if scenario == "requeue-correctness":
+        _arrange_requeue(options, nodes)
+        waiting = set()
     if scenario == "claim-shared":
         scheduling = api.SchedulingV1beta1Api(STATE.api)
         groups = [f"grp-{i}" for i in range(options.pending // 2)]
@@ -175,6 +178,38 @@ def _setup(environment, **_) -> None:
     STATE.cpu_start = psutil.Process().cpu_times()
     STATE.window_start = conditions.snapshot(options.conditions_root_pid or None)  # the measured window
     STATE.metrics_window_start = _scrape(options)  # the scheduler's counters without the set-up
+
+
+def _requeue_context(options) -> requeue_kinds.Context:
+    return requeue_kinds.Context(STATE.core, STATE.resource, STATE.namespace, options.run_label,
+                                 options.driver_instance, options.driver_domain, options.node_taint,
+                                 tuple(ops.tolerations(options.node_taint)))
+
+
+def _arrange_requeue(options, nodes: list[str]) -> None:
+    """requeue-correctness: the run's own driver and class, each event's hold on its node (the pods that must
+    run first), then the waiting pods: one per event on its node, the rest (decoys) blocked for good by a
+    class that never exists."""
+    ctx = _requeue_context(options)
+    resource = STATE.resource
+    resource.create_device_class(requeue_kinds.device_class(ctx, ctx.device_class, f'device.driver == "{ctx.driver}"'))
+    resource.create_namespaced_resource_claim_template(STATE.namespace, requeue_kinds.template(
+        requeue_kinds.TEMPLATE, ctx.device_class))
+    resource.create_namespaced_resource_claim_template(STATE.namespace, requeue_kinds.template(
+        requeue_kinds.NEVER_TEMPLATE, f"{ctx.instance}-rq-never"))
+    plan = requeue_kinds.assignment(options.events, nodes)
+    running = [body for i, kind, node in plan for body in kind.arrange(ctx, i, node)]
+    ops.create_pods(STATE.core, STATE.namespace, running)
+    names = {body["metadata"]["name"] for body in running}
+    ops.wait_until("the pods holding the devices to be bound",
+                   lambda: ops.count_bound(STATE.core, STATE.namespace, names) == len(names), 600)
+    waiting = [kind.waiting(ctx, i, node) for i, kind, node in plan]
+    waiting += [requeue_kinds.pod(ctx, f"rq-decoy-{j}", None, template_name=requeue_kinds.NEVER_TEMPLATE)
+                for j in range(options.pending - options.events)]
+    ops.create_pods(STATE.core, STATE.namespace, waiting)
+    parked = {body["metadata"]["name"] for body in waiting}
+    ops.wait_until("every waiting pod to be parked as unschedulable",
+                   lambda: ops.all_unschedulable(STATE.core, STATE.namespace, parked), 600)
 
 
 def _marks(options) -> dict:
@@ -213,7 +248,8 @@ def _targets(options, runner):
     every = {"device-freed": fill, "claim-shared": fill,
              "slice-added": nodes, "taint-removed": [f"load-hold-{n}" for n in nodes],
              "class-created": list(range(options.pending)),
-             "steady-state": list(range(options.events))}.get(options.scenario)  # arrival numbers
+             "steady-state": list(range(options.events)),  # arrival numbers
+             "requeue-correctness": list(range(options.events))}.get(options.scenario)  # event numbers
     if every is None:  # throughput: an endless supply of new pod names
         prefix = f"burst-{getattr(runner, 'worker_index', 0)}"
         return (f"{prefix}-{i}" for i in itertools.count())
@@ -262,6 +298,8 @@ def _teardown(environment, **_) -> None:
         result["steady_state"] = {"mode": "open loop", "rate": options.rate, "arrivals": STATE.fired,
                                   "late_arrivals": STATE.late_arrivals,
                                   "max_lag_seconds": round(STATE.max_lag, 3)}
+    if options.scenario == "requeue-correctness":
+        result["requeueCorrectness"] = requeue_kinds.rows(STATE.requeue, options.event_timeout)
     if options.scenario in scenarios.BURST_SCENARIOS:
         result["throughput"] = _throughput(STATE.core, STATE.namespace, options.pending - options.pending // 2)
     # locust's own aggregate (on a master it includes every worker's requests; percentiles are locust's
@@ -306,9 +344,13 @@ def _throughput(core, namespace: str, burst: int) -> dict:
     return result
 
 
+# the request names of measured events: the latency scenarios', and requeue-correctness's, one per kind
+EVENT_REQUEST_NAMES = frozenset({"unblocked -> bound", *requeue_kinds.BY_NAME})
+
+
 @events.request.add_listener
 def _on_request(name, **_) -> None:
-    if name == "unblocked -> bound":  # one event measured (bound or failed)
+    if name in EVENT_REQUEST_NAMES:  # one event measured (bound or failed)
         STATE.measured = STATE.measured + 1
         # checked once locust's own listener has counted this request too (it was registered after
         # ours), so a worker's last stats report includes it
@@ -335,7 +377,8 @@ def _check_share_done() -> None:
         runner._send_stats()  # locust's aggregate on the master then has every request before the run ends
         runner.send_message(SHARE_DONE, {"fired": STATE.fired, "latencies": STATE.latencies,
                                          "failures": STATE.failures, "pods_created": STATE.pods_created,
-                                         "created": STATE.created, "create_failed": STATE.create_failed})
+                                         "created": STATE.created, "create_failed": STATE.create_failed,
+                                         "requeue": STATE.requeue})
     else:
         gevent.spawn(_finish_run, environment)
 
@@ -357,6 +400,7 @@ def _merge_shares() -> None:
         STATE.pods_created += share["pods_created"]
         STATE.created.update({name: tuple(times) for name, times in share["created"].items()})
         STATE.create_failed.update(share["create_failed"])
+        STATE.requeue.extend(share.get("requeue", []))
 
 
 def _finish_run(environment) -> None:
@@ -433,6 +477,12 @@ class DRAUser(User):
     def _after_bound(self) -> None:  # what follows a measured event (steady-state: free the device again)
         return None
 
+    def _request_name(self) -> str:  # the name locust's statistics group the events by
+        return "unblocked -> bound"
+
+    def _measured(self, seconds: float | None) -> None:  # the event's outcome (None: no binding within the bound)
+        return None
+
     @task
     def event(self) -> None:
         options = self.environment.parsed_options
@@ -449,6 +499,7 @@ class DRAUser(User):
         except Exception as err:  # noqa: BLE001 - any failed API call is a failed event, with its reason
             _fail(self, number, f"event {number} ({self._describe()}): the unblocking API call failed: "
                                 f"{_error_text(err)}", time.monotonic() - started)
+            self._measured(None)
             return
         since = time.monotonic()
         latency = STATE.watch.next_binding_after(since, options.event_timeout, self._among(), issued=started)
@@ -460,9 +511,11 @@ class DRAUser(User):
                 reason += f"; checking the event's effect failed: {_error_text(err)}"
             _fail(self, number, f"event {number} ({self._describe()}): no waiting pod bound within "
                                 f"{options.event_timeout:.0f}s; {reason}", options.event_timeout)
+            self._measured(None)
             return
         STATE.latencies.append(latency)
-        self.environment.events.request.fire(request_type=options.scenario, name="unblocked -> bound",
+        self._measured(latency)
+        self.environment.events.request.fire(request_type=options.scenario, name=self._request_name(),
                                              response_time=latency * 1000, response_length=0, exception=None,
                                              context={})
         self._after_bound()
@@ -472,8 +525,9 @@ def _fail(user: User, number: int, reason: str, seconds: float) -> None:
     """A failed event: a locust failure (so locust's CSV and HTML show the reason) and a record for
     the run's summary."""
     STATE.failures.append({"event": number, "reason": reason})
+    name = user._request_name() if isinstance(user, DRAUser) else "unblocked -> bound"
     user.environment.events.request.fire(request_type=user.environment.parsed_options.scenario,
-                                         name="unblocked -> bound", response_time=seconds * 1000, response_length=0,
+                                         name=name, response_time=seconds * 1000, response_length=0,
                                          exception=EventFailed(reason), context={})
 
 
@@ -546,6 +600,32 @@ class ClassCreatedUser(DRAUser):
         self.last_target = f"create DeviceClass {name}"
         STATE.resource.create_device_class(ops.extended_class(name, STATE.driver, _class_resource(options, i),
                                                                   label=options.run_label))
+
+
+class RequeueUser(DRAUser):
+    """requeue-correctness: event i fires its kind (requeue_kinds.KINDS in turn) on node i; only pod rq-<i>
+    may answer it. locust's statistics show each kind as a request name of its own."""
+
+    kind = "?"
+
+    def _unblock(self) -> None:
+        options = self.environment.parsed_options
+        i = next(STATE.targets)
+        kind = requeue_kinds.KINDS[i % len(requeue_kinds.KINDS)]
+        node = f"{options.node_prefix}{i}"
+        self.kind, self.target = kind.name, requeue_kinds.target(i)
+        self.last_target = f"{kind.name} for pod {self.target} on node {node}"
+        done = kind.fire(_requeue_context(options), i, node)
+        self.last_target = f"{kind.name} for pod {self.target}: {done}"
+
+    def _among(self) -> set[str] | None:
+        return {self.target}
+
+    def _request_name(self) -> str:
+        return self.kind
+
+    def _measured(self, seconds: float | None) -> None:
+        STATE.requeue.append([self.kind, seconds, self.target])
 
 
 class ThroughputUser(User):

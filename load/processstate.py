@@ -29,6 +29,9 @@ class ProcessState:
     pods_created: int = 0
     created: dict[str, tuple] = field(default_factory=dict)  # pod -> (create issued, create returned)
     create_failed: dict[str, str] = field(default_factory=dict)
+    # requeue-correctness: per event [kind, seconds from the event to its pod's binding (None: not within the
+    # bound), pod]
+    requeue: list[list] = field(default_factory=list)
     # steady-state's open loop
     arrival_start: float | None = None
     late_arrivals: int = 0
@@ -49,5 +52,5 @@ class ProcessState:
     def new_run(self) -> None:
         """Counters back to zero for a run's start (locust's web UI may start several in one process)."""
         self.fired = self.measured = self.pods_created = 0
-        self.latencies, self.shares = [], []
+        self.latencies, self.shares, self.requeue = [], [], []
         self.created, self.create_failed = {}, {}

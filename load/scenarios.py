@@ -44,6 +44,10 @@ SCENARIOS = {s.name: s for s in (
              "scheduled, P/2 measured), reported in pods/s", False, True),
     Scenario("extended-throughput", "throughput with pods asking for the extended resource example.com/gpu: 1, "
              "served by a DeviceClass's extendedResourceName instead of a claim template", False, True),
+    Scenario("requeue-correctness", "P pods wait, each on its own node for one kind of unblocking event (11 kinds "
+             "in turn: a pod deleted, a claim deallocated, a slice added or updated, a device taint or rule removed "
+             "or changed, a class created or widened, a node labelled, a toleration added), the rest blocked for "
+             "good; each event must free its pod within the bound", False, True),
     Scenario("steady-state", "P pods placed first (the utilization); then --events pods arrive at a constant "
              "--rate, each deleted once bound; latency from creation to binding. With --in-flight K, a closed "
              "loop instead: K pods always waiting, each replaced once bound, for --duration seconds (pods/s)",
@@ -59,7 +63,7 @@ MAX_RATE = 1000.0
 # The locust User class (load/locustfile.py) that plays each scenario.
 USER_CLASSES = {"device-freed": "DeviceFreedUser", "slice-added": "SliceAddedUser",
                 "taint-removed": "TaintRemovedUser", "class-created": "ClassCreatedUser",
-                "claim-shared": "ClaimSharedUser",
+                "claim-shared": "ClaimSharedUser", "requeue-correctness": "RequeueUser",
                 "throughput": "ThroughputUser", "extended-throughput": "ThroughputUser",
                 "steady-state": "SteadyStateUser"}
 
@@ -191,6 +195,9 @@ def validate(params: LoadParams) -> LoadParams:
     if scenario.name == "claim-shared" and (params.pending < 2 or params.events > params.pending // 2):
         problems.append(Problem("--events", str(params.events), "each event serves one PodGroup of 2 waiting pods",
                                 f"at most --pending/2 ({params.pending // 2})"))
+    if scenario.name == "requeue-correctness" and params.events > params.nodes:
+        problems.append(Problem("--events", str(params.events), "each event has a node of its own",
+                                f"at most --nodes ({params.nodes})"))
     if scenario.name == "slice-added" and params.events > params.nodes:
         problems.append(Problem("--events", str(params.events), "each event gives one more node its devices",
                                 f"at most --nodes ({params.nodes})"))

@@ -264,12 +264,24 @@ def result_lines(summary: dict) -> list[str]:
         elif steady:
             lines.append(f"steady state: {steady['arrivals']} arrivals at {steady['rate']:g}/s, "
                          f"{steady['late_arrivals']} late (max lag {steady['max_lag_seconds']}s)")
+        lines += requeue_lines(summary.get("requeueCorrectness"))
         if summary.get("failures"):  # each failed or unmeasured event, and why
             lines += [f"  - {reason}" for reason in summary.get("failure_reasons")
                       or ["(no reason recorded; see locust.log)"]]
     lines.append(f"missed requeues {summary.get('scheduler', {}).get('missedRequeues')}")
     if summary.get("conditions"):
         lines.append(conditions.describe(summary["conditions"]))
+    return lines
+
+
+def requeue_lines(rows: list[dict] | None) -> list[str]:
+    """requeue-correctness: one line per kind, MISSED naming the pods a kind's event did not free in time."""
+    lines = []
+    for row in rows or []:
+        outcome = (f"MISSED {row['missed']} ({', '.join(row['missedPods'][:5])})" if row["missed"]
+                   else "none missed")
+        lines.append(f"  {row['kind']}: {row['requeued']} of {row['events']} requeued within {row['boundMs'] / 1000:g}s, "
+                     f"{outcome}; p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms")
     return lines
 
 

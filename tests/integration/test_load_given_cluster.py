@@ -88,6 +88,8 @@ def _assert_as_before(k8s, before: dict) -> None:
 @pytest.mark.parametrize("scenario, extra", [
     ("slice-added", ["--nodes", "3", "--pending", "3", "--events", "3", "--devices-per-node", "1"]),
     ("class-created", ["--nodes", "2", "--pending", "4", "--events", "3", "--devices-per-node", "2"]),
+    # every kind once, on the run's own tainted nodes: its slices, classes, rules, labels and taints go with it
+    ("requeue-correctness", ["--nodes", "11", "--pending", "12", "--events", "11", "--devices-per-node", "1"]),
     ("extended-throughput", ["--nodes", "2", "--pending", "6", "--events", "1", "--devices-per-node", "3",
                              "--users", "2"]),
 ])

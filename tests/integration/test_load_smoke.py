@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import io
 import json
@@ -13,12 +14,13 @@ import pytest
 
 from harness.cli import main as cli
 from harness.jobs import load_runner
-from load import scenarios
+from load import requeue_kinds, scenarios
 
 pytestmark = pytest.mark.integration
 
 
-LATENCY_SCENARIOS = [s for s in scenarios.SCENARIOS if s not in scenarios.BURST_SCENARIOS and s != "steady-state"]
+LATENCY_SCENARIOS = [s for s in scenarios.SCENARIOS
+                     if s not in scenarios.BURST_SCENARIOS and s not in ("steady-state", "requeue-correctness")]
 
 
 @pytest.mark.parametrize("scenario", LATENCY_SCENARIOS)
@@ -38,6 +40,41 @@ def test_latency_scenario_measures_every_event(scenario, tmp_path, dra_run_id):
         rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(handle)}
     assert rows[(scenario, "unblocked -> bound")]["Request Count"] == "3"
     assert (tmp_path / "locust.html").stat().st_size > 0
+
+
+def test_requeue_correctness_frees_each_kinds_pod_within_the_bound(tmp_path, dra_run_id):
+    """One event of every kind, each on a node of its own, among decoys that stay blocked: every kind's pod is
+    bound well within the bound (60 s; the scheduler's flush of unschedulable pods takes 5 min)."""
+    kinds = len(requeue_kinds.KINDS)
+    params = scenarios.LoadParams("requeue-correctness", nodes=kinds, pending=kinds + 4, events=kinds,
+                                  devices_per_node=1, time_limit=180)
+    summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-rq-{dra_run_id[:5]}")
+    assert summary["failures"] == 0, summary["failure_reasons"]
+    rows = {row["kind"]: row for row in summary["requeueCorrectness"]}
+    assert list(rows) == [k.name for k in requeue_kinds.KINDS], rows
+    for kind, row in rows.items():
+        assert (row["events"], row["requeued"], row["missed"]) == (1, 1, 0), row
+        assert 0 <= row["p50_ms"] <= row["p99_ms"] < row["boundMs"] == 60_000, row
+    assert summary["scheduler"]["missedRequeues"] == 0
+    # the decoys are still waiting: nothing but its own event freed a pod
+    assert summary["queue_settle"]["after"]["queues"]["unschedulable"] >= 4, summary["queue_settle"]
+    with open(tmp_path / "locust_stats_final.csv") as handle:
+        counts = {r["Name"]: r["Request Count"] for r in csv.DictReader(handle) if r["Type"] == "requeue-correctness"}
+    assert counts == {k.name: "1" for k in requeue_kinds.KINDS}, counts
+
+
+def test_requeue_correctness_names_the_kind_and_pod_of_a_missed_event(tmp_path, dra_run_id):
+    """A zero bound: an event whose pod is not seen bound when its call returns is missed, and the run says
+    which kind and which pod (load run then exits 1)."""
+    params = dataclasses.replace(scenarios.LoadParams("requeue-correctness", nodes=3, pending=3, events=3,
+                                                      devices_per_node=1, time_limit=120), event_timeout=0.0)
+    summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-rqm-{dra_run_id[:5]}")
+    missed = {pod: row["kind"] for row in summary["requeueCorrectness"] for pod in row["missedPods"]}
+    assert summary["failures"] == len(missed) >= 1, summary
+    for reason in summary["failure_reasons"]:
+        pod = next(p for p in missed if f"for pod {p}:" in reason)
+        assert f"({missed[pod]} for pod {pod}: " in reason and "no waiting pod bound within 0s" in reason, reason
+    assert any("MISSED" in line for line in load_runner.result_lines(summary))
 
 
 def test_steady_state_measures_every_arrival(tmp_path, dra_run_id):
