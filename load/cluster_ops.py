@@ -65,10 +65,7 @@ class BindingWatch:
             self._bound(pod)
 
     def _failed(self, err: Exception) -> bool:
-        if isinstance(err, errors.ApiError):
-            self.error = f"the pod watch failed: {err.status} {err.reason}"
-        else:
-            self.error = f"the pod watch failed: {type(err).__name__}: {err}"
+        self.error = f"the pod watch failed: {watching.describe(err)}"
         return False
 
     def stop(self) -> None:

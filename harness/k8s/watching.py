@@ -21,6 +21,13 @@ CHANGES = ("ADDED", "MODIFIED", "DELETED")
 RESUME_PAUSE = 0.2  # before resuming after an error the follower chose to survive
 
 
+def describe(err: Exception) -> str:
+    """Why a follower's stream failed, in a few words: the API's status and reason, or the error's type."""
+    if isinstance(err, errors.ApiError):
+        return f"{err.status} {err.reason}"
+    return f"{type(err).__name__}: {err}"
+
+
 _SERIALIZER: list = []
 
 

@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from harness.k8s import api, errors, watching
+from harness.k8s import api, watching
 
 
 @dataclass(frozen=True)
@@ -117,10 +117,7 @@ class SliceWatch:
 
     def _failed(self, err: Exception) -> bool:
         # the watch must never take the checks down: it ends, and the checks read why
-        if isinstance(err, errors.ApiError):
-            self.error = f"the slice watch failed: {err.status} {err.reason}"
-        else:
-            self.error = f"the slice watch failed: {type(err).__name__}: {err}"
+        self.error = f"the slice watch failed: {watching.describe(err)}"
         return False
 
     def _record(self, kind: str, obj: dict) -> None:

@@ -119,3 +119,8 @@ def test_raw_followers_get_dicts_and_a_first_list_when_given_no_version(monkeypa
     assert relisted == [[{"listed": True}]] and script.calls[0]["resource_version"] == "50"
     assert "allow_watch_bookmarks" not in script.calls[0]
     assert seen == [("DELETED", {"metadata": {"name": "a", "resourceVersion": "60"}})]
+
+
+def test_a_failure_is_described_by_status_or_type():
+    assert watching.describe(errors.ApiError(status=403, reason="Forbidden")) == "403 Forbidden"
+    assert watching.describe(ConnectionResetError("reset")) == "ConnectionResetError: reset"
