@@ -223,9 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "existing)")
     lrun.add_argument("--backend", default="local", help=BACKEND_HELP)
     lrun.add_argument("--kubeconfig", default=None, help="existing backend: the cluster (default: $KUBECONFIG)")
-    lrun.add_argument("--scenario", required=True, help="device-freed | slice-added | taint-removed | "
-                                                        "class-created | claim-shared | throughput | "
-                                                        "extended-throughput | steady-state")
+    lrun.add_argument("--scenario", required=True, help=" | ".join(scenarios.SCENARIOS))
     lrun.add_argument("--nodes", type=int, default=10)
     lrun.add_argument("--pending", type=int, default=20, help="waiting pods (throughput: the burst size)")
     lrun.add_argument("--events", type=int, default=20, help="unblocking events to measure")
