@@ -154,7 +154,7 @@ def test_the_fake_drivers_skipping_profile_starts_a_pod_with_no_plugin_on_the_no
     real_node.hold()  # a kubelet restarted by another test meanwhile would delete the node's slices
     driver = fake_driver({node: objects.node_profile(tmp_path, "skipping-nic", SKIPPING_NIC)})
     nic = driver.drivers.nic
-    published = [s for s in k8s.resource.list_resource_slice(field_selector=f"spec.driver={nic}").items]
+    published = k8s.resource.list_resource_slice(field_selector=f"spec.driver={nic}").items
     assert published and all(sorted(s.spec.skip_node_operations or []) ==
                              ["NodePrepareResources", "NodeUnprepareResources"] for s in published), \
         [(s.metadata.name, s.spec.skip_node_operations) for s in published]

@@ -193,9 +193,9 @@ def _arrange_requeue(options, nodes: list[str]) -> None:
     ctx = _requeue_context(options)
     resource = STATE.resource
     resource.create_device_class(requeue_kinds.device_class(ctx, ctx.device_class, f'device.driver == "{ctx.driver}"'))
-    resource.create_namespaced_resource_claim_template(STATE.namespace, requeue_kinds.template(
+    resource.create_namespaced_resource_claim_template(STATE.namespace, ops.claim_template(
         requeue_kinds.TEMPLATE, ctx.device_class))
-    resource.create_namespaced_resource_claim_template(STATE.namespace, requeue_kinds.template(
+    resource.create_namespaced_resource_claim_template(STATE.namespace, ops.claim_template(
         requeue_kinds.NEVER_TEMPLATE, f"{ctx.instance}-rq-never"))
     plan = requeue_kinds.assignment(options.events, nodes)
     running = [body for i, kind, node in plan for body in kind.arrange(ctx, i, node)]

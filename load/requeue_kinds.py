@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from load.cluster_ops import PAUSE_IMAGE, claim_template
 from load.scenarios import LOAD_LABEL
 
 HOSTNAME = "kubernetes.io/hostname"
@@ -84,11 +85,6 @@ def device_class(ctx: Context, name: str, expression: str) -> dict:
             "spec": {"selectors": [{"cel": {"expression": expression}}]}}
 
 
-def template(name: str, device_class_name: str) -> dict:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
-            "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": device_class_name}}]}}}}
-
-
 def pod(ctx: Context, name: str, node: str | None, *, template_name: str | None = None,
         claim: str | None = None) -> dict:
     """A pause pod pinned to `node` with one claim entry: from a template, or a claim by name."""
@@ -97,7 +93,7 @@ def pod(ctx: Context, name: str, node: str | None, *, template_name: str | None 
         entry["resourceClaimName"] = claim
     else:
         entry["resourceClaimTemplateName"] = template_name or TEMPLATE
-    spec: dict = {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+    spec: dict = {"containers": [{"name": "main", "image": PAUSE_IMAGE,
                                   "resources": {"claims": [{"name": "dev"}]}}],
                   "resourceClaims": [entry], "terminationGracePeriodSeconds": 0,
                   "tolerations": [dict(t) for t in ctx.tolerations]}
@@ -212,7 +208,7 @@ def _class_name(ctx: Context, i: int) -> str:
 
 def _device_for_own_class(ctx: Context, i: int, node: str) -> list[dict]:
     ctx.resource.create_resource_slice(resource_slice(ctx, node, [device(node)]))
-    ctx.resource.create_namespaced_resource_claim_template(ctx.namespace, template(f"rq-class-{i}", _class_name(ctx, i)))
+    ctx.resource.create_namespaced_resource_claim_template(ctx.namespace, claim_template(f"rq-class-{i}", _class_name(ctx, i)))
     return []
 
 

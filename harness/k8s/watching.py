@@ -77,10 +77,6 @@ class Follow:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=join_seconds)
 
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
     def _relist(self) -> str:
         extra = {"_request_timeout": self.list_timeout} if self.list_timeout else {}
         listing = self.list_call(*self.args, **self.kwargs, **extra)
