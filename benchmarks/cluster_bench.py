@@ -25,7 +25,8 @@ import psutil
 
 from harness import binaries
 from harness.backends.base import ClusterSpec
-from harness.backends.local import nodes, process, state
+from harness.backends.kwok import nodes
+from harness.backends.local import process, state
 from harness.binaries import manifest
 from harness.core import conditions
 from harness.core.progress import Reporter

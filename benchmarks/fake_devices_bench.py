@@ -31,7 +31,8 @@ from cluster_bench import rss_by_component
 from fake_devices import config as driver_config
 from fake_devices import faults, profile, render
 from harness.backends.base import ClusterSpec
-from harness.backends.local import nodes, state
+from harness.backends.kwok import nodes
+from harness.backends.local import state
 from harness.config.cluster import ClusterDefinition, DriverSettings, NodePool
 from harness.core import conditions
 from harness.core.progress import Reporter

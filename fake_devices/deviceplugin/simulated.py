@@ -5,7 +5,7 @@ the 1.37 scheduler then lets a DRA DeviceClass serve the resource there); `remov
 entries, undoing everything.
 
 KWOK's node heartbeat re-renders status from the node's own capacity and allocatable
-(harness/backends/local/kwok_stages.py), so the patched values stay.
+(harness/backends/kwok/stages.py), so the patched values stay.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 
 from fake_devices.controller import FakeDriver
 from fake_devices.deviceplugin import simulated
-from harness.backends.local import nodes
+from harness.backends.kwok import nodes
 from harness.backends.local.realnode import plugins
 from harness.backends.local.realnode.deviceplugins import NodeDevicePlugins
 from harness.core.progress import Reporter

@@ -112,7 +112,7 @@ def test_profile_change_bumps_the_pool_generation(k8s, fake_driver, simulated_no
 
 
 def test_deleted_node_loses_its_slices(k8s, fake_driver, unique_name):
-    from harness.backends.local import nodes
+    from harness.backends.kwok import nodes
     from harness.core.progress import Reporter
 
     name = unique_name("gone")

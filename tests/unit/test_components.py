@@ -10,7 +10,8 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from harness.backends.local import components, kwok_stages, pki
+from harness.backends.kwok import stages as kwok_stages
+from harness.backends.local import components, pki
 from harness.binaries import BinarySet, Versions
 from harness.config import featuregates
 from harness.core import schedulerprofiles

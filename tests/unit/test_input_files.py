@@ -14,7 +14,7 @@ import yaml
 
 from fake_devices import yamlfile
 from fake_devices.errors import InvalidInput
-from harness.backends.local import nodes
+from harness.backends.kwok import nodes
 from harness.cli import main as cli
 from harness.config import cluster
 

@@ -14,8 +14,9 @@ import threading
 import pytest
 
 from harness import binaries
+from harness.backends.kwok import nodes
 from harness.backends.local import backend as local_backend
-from harness.backends.local import nodes, ports, process, state
+from harness.backends.local import ports, process, state
 from harness.backends.local.backend import LocalBackend, UpOptions
 from harness.cli import main as cli
 from harness.config.cluster import MAX_NODES

@@ -18,7 +18,8 @@ from fake_devices.render import Drivers
 from harness import binaries as binaries_mod
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus, RealNode
 from harness.backends.common import kept_or_removed_on_failure, known_gates
-from harness.backends.local import components, kubeconfig, liveness, nodes, pki, ports, process, state, supervisor
+from harness.backends.kwok import nodes
+from harness.backends.local import components, kubeconfig, liveness, pki, ports, process, state, supervisor
 from harness.backends.local.realnode import containerd, plugins, preflight, teardown
 from harness.backends.local.realnode import node as realnode
 from harness.binaries import noderuntime

@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 
 from fake_devices import config as driver_config
-from harness.backends.local import kwok_stages
+from harness.backends.kwok import stages as kwok_stages
+from harness.backends.kwok.nodes import KWOK_NODE_ANNOTATION
 from harness.backends.local.pki import Pki
 from harness.binaries import BinarySet
 from harness.config.featuregates import FeatureSettings
@@ -145,8 +146,6 @@ def kube_scheduler(layout: ClusterLayout) -> Component:
     return Component("kube-scheduler", argv, f"https://127.0.0.1:{layout.ports['kube-scheduler']}/healthz",
                      files={"kube-scheduler.yaml": yaml.safe_dump(config)})
 
-
-KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 
 def kwok(layout: ClusterLayout) -> Component:

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from fake_devices.config import PROFILE_LABEL
 from fake_devices.schema import quantity_value
-from harness.backends.local.components import KWOK_NODE_ANNOTATION
 from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
 from harness.k8s import api, errors
 from harness.k8s.nodes import is_ready
 
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # KWOK manages the nodes annotated <this>=fake
 POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
 MANAGED_LABEL = "dra-harness.x-k8s.io/managed"
 
@@ -122,9 +122,13 @@ def create(core: api.CoreV1Api, specs: list[NodeSpec], reporter: Reporter, worke
         pool.shutdown(wait=False, cancel_futures=True)
 
 
+LOCAL_HINT = "see logs/kwok.log and logs/kube-controller-manager.log in the cluster directory"
+
+
 def wait_ready(core: api.CoreV1Api, names: set[str], reporter: Reporter, timeout: float,
-               check_alive=None) -> None:
-    """Watch nodes until all of `names` are Ready; `check_alive()` raises if a component died."""
+               check_alive=None, hint: str = LOCAL_HINT) -> None:
+    """Watch nodes until all of `names` are Ready; `check_alive()` raises if a component died; `hint`
+    says where the KWOK controller's log is."""
     if not names:
         return
     deadline = time.monotonic() + timeout
@@ -142,7 +146,7 @@ def wait_ready(core: api.CoreV1Api, names: set[str], reporter: Reporter, timeout
                 missing = sorted(names - ready)
                 raise HarnessError(f"{len(missing)} of {len(names)} nodes not Ready after {timeout:.0f}s "
                                    f"(first: {', '.join(missing[:5])})",
-                                   hint="see logs/kwok.log and logs/kube-controller-manager.log in the cluster directory")
+                                   hint=hint)
             if check_alive:
                 check_alive()
             watch = api.Watch()
