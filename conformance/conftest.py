@@ -48,9 +48,10 @@ def _requirements(request: pytest.FixtureRequest) -> None:
 
     vendor = vendor_driver(request.config)
     if vendor is not None:
-        if "fake_devices" in markers:
+        if "fake_devices" in markers and not vendor.run_fake_driver_tests:
             need = markers["fake_devices"].args[0] if markers["fake_devices"].args else "profiles"
-            pytest.skip(f"needs {need}, which only the fake driver offers; vendor mode tests your driver as it is")
+            pytest.skip(f"needs {need}, which only the fake driver offers; vendor mode tests your driver as it is "
+                        "(spec.runFakeDriverTests: true runs these too)")
         for marker in request.node.iter_markers("dra_feature"):
             gate = marker.args[0]
             # discovered=True: the test finds out itself whether the driver has the capability (and says

@@ -39,8 +39,9 @@ def resource(unique_name) -> str:
 @pytest.fixture
 def kwok_nodes(k8s: Clients, unique_name, simulated_nodes):
     """`kwok_nodes(n)`: n simulated nodes of this test only (no devices, no profile), deleted afterwards.
-    Only where a KWOK controller runs them (`simulated_nodes`: Ready KWOK nodes, else a skip): on kind,
-    such a Node would look schedulable with nothing behind it, and other tests' pods landed there."""
+    Only where a KWOK controller runs them (`simulated_nodes`: Ready KWOK nodes, else a skip): on a
+    cluster without KWOK such a Node would look schedulable with nothing behind it, and other tests' pods
+    would land there."""
     made: list[str] = []
 
     def make(count: int) -> list[str]:
@@ -52,8 +53,7 @@ def kwok_nodes(k8s: Clients, unique_name, simulated_nodes):
     yield make
 
     def pods_on_them() -> list:
-        return [p for node in made for p in k8s.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node}").items]
+        return [p for node in made for p in node_facts.pods_to_remove_with(k8s.core, node)]
 
     for pod in pods_on_them():  # while the nodes exist, KWOK finishes their deletion at once
         wait.ignore_not_found(k8s.core.delete_namespaced_pod, pod.metadata.name, pod.metadata.namespace)

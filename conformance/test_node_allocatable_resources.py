@@ -36,7 +36,7 @@ import pytest
 from conformance import checks, objects
 from conformance.conftest import EPHEMERAL_LABEL, KWOK_ANNOTATION
 from harness.k8s import api, errors, wait
-from harness.k8s.nodes import is_ready
+from harness.k8s.nodes import is_ready, pods_to_remove_with
 
 pytestmark = [pytest.mark.dra_feature("DRANodeAllocatableResources", maturity="alpha")]
 
@@ -86,7 +86,7 @@ def small_node(k8s, dra_namespace, unique_name, simulated_nodes):
         yield name
     finally:
         def pods_on_it() -> list:
-            return k8s.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
+            return pods_to_remove_with(k8s.core, name)
 
         for pod in pods_on_it():  # only this test's pods tolerate the node's taint
             wait.ignore_not_found(k8s.core.delete_namespaced_pod, pod.metadata.name, pod.metadata.namespace)

@@ -46,6 +46,8 @@ class ClusterSpec:
     # kind
     node_image: str | None = None  # default: the backend's pinned node image
     driver_base: str | None = None  # the offline base for deploy/Dockerfile (kindhost.driverbase); None: its own
+    simulated_nodes: int = 3  # KWOK nodes inside the cluster, beside its workers (0: no KWOK deployed)
+    kwok_image: str | None = None  # KWOK's controller image (kwok.in_cluster); None: the backend's choice
     # kind, existing
     driver_image: str | None = None
     deploy: bool = True  # deploy the fake driver (False: vendor mode, bring your own driver)

@@ -49,6 +49,8 @@ from harness.backends.common import (
 )
 from harness.backends.kindhost import docker, driverbase, enginechoice, nodeimage
 from harness.backends.kindhost.docker import Engine, Facts
+from harness.backends.kwok import in_cluster
+from harness.backends.kwok import nodes as kwok_nodes
 from harness.binaries import gobuild, kindtool
 from harness.config import capabilities, featuregates
 from harness.config.cluster import ClusterDefinition
@@ -92,11 +94,15 @@ CONTAINERD_CDI_PATCHES = (
 POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
 KIND_CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # kind's label on every node container of a cluster
 STATE_FILE = "state.yaml"
+KWOK_ARCHIVE = "kwok-image.tar"
+KWOK_MANIFESTS = "kwok.yaml"
+SIMULATED_NODE_PREFIX = "kwok-node"
 VENDOR_FILE = "vendor-driver.yaml"  # the deployed fake driver, described as a vendor's (the suite's kubelet checks)
 CREATE_WAIT = "300s"
 NODE_TIMEOUT = 300.0
 ROLLOUT_TIMEOUT = 300.0
 PUBLISH_TIMEOUT = 300.0
+MAX_SIMULATED_NODES = 1000  # each is a Node object, its Lease and KWOK's work; more is the local backend's job
 
 
 KindUpOptions = ClusterSpec  # the name callers used before every backend shared one spec
@@ -174,8 +180,10 @@ def config_yaml(config: dict) -> str:
 
 
 def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...], image: str, *,
-               build_image: bool, deploy: bool, driver_base: str | None = None) -> list[Step]:
-    """The exact sequence of `up` (pure): files, image, cluster, image load, manifests, waits."""
+               build_image: bool, deploy: bool, driver_base: str | None = None, simulated_nodes: int = 0,
+               kwok_image: str | None = None) -> list[Step]:
+    """The exact sequence of `up` (pure): files, image, cluster, image load, manifests, waits; then, with
+    `simulated_nodes`, KWOK's controller (its image in the control-plane node only) and those nodes."""
     kubeconfig = directory / "kubeconfig"
     context = directory / "image"
     kubectl = [tools.kubectl, f"--kubeconfig={kubeconfig}"]
@@ -209,11 +217,17 @@ def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...],
     archive = directory / "driver-image.tar"
     steps.append(command("saving the driver image", tools.docker, "save", *platform, f"--output={archive}", image,
                          timeout=600))
-    steps.append(Step(f"loading the driver image into {len(nodes)} nodes", together=tuple(
-        command(f"loading the driver image into {node}", tools.docker, "exec", "--interactive", node, "ctr",
-                "--namespace=k8s.io", "images", "import", *platform, "--digests", "-", stdin_file=archive,
-                timeout=600) for node in nodes)))
-    steps.append(action("drop-archive", "removing the saved image"))
+    loads = [command(f"loading the driver image into {node}", *_ctr_import(tools, node, platform), stdin_file=archive,
+                     timeout=600) for node in nodes]
+    if simulated_nodes:
+        assert kwok_image, "simulated nodes need KWOK's image"
+        # KWOK's controller runs on the control-plane node (kwok.in_cluster): its image goes there alone
+        steps.append(command("saving the KWOK image", tools.docker, "save", *platform,
+                             f"--output={directory / KWOK_ARCHIVE}", kwok_image, timeout=600))
+        loads.append(command(f"loading the KWOK image into {nodes[0]}", *_ctr_import(tools, nodes[0], platform),
+                             stdin_file=directory / KWOK_ARCHIVE, timeout=600))
+    steps.append(Step(f"loading the images into {len(nodes)} nodes", together=tuple(loads)))
+    steps.append(action("drop-archive", "removing the saved images"))
     steps.append(action("wait-nodes", f"waiting for {len(nodes)} nodes to be Ready"))
     if deploy:
         steps += [
@@ -224,7 +238,20 @@ def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...],
             action("wait-rollout", "waiting for the fake driver's controller and kubelet plugins"),
             action("wait-slices", "waiting until every node's ResourceSlices are published"),
         ]
+    if simulated_nodes:
+        steps += [
+            command("deploying KWOK's controller", *kubectl, "apply", f"--filename={directory / KWOK_MANIFESTS}",
+                    timeout=300),
+            action("wait-kwok", "waiting for KWOK's controller"),
+            action("simulated-nodes", f"creating {simulated_nodes} simulated (KWOK) nodes"),
+        ]
     return steps
+
+
+def _ctr_import(tools: Tools, node: str, platform: list[str]) -> tuple[str, ...]:
+    """Stream an image archive from stdin into a node's containerd (see the module's step 4)."""
+    return (tools.docker, "exec", "--interactive", node, "ctr", "--namespace=k8s.io", "images", "import", *platform,
+            "--digests", "-")
 
 
 def down_steps(name: str, directory: Path, tools: Tools) -> list[Step]:
@@ -264,6 +291,8 @@ def vendor_driver(slices: list[dict], classes: dict[str, str | None], node_image
     common = set.intersection(*(node_images.get(node, set()) for node in with_devices)) if with_devices else set()
     pause = sorted(name for name in common if name.startswith("registry.k8s.io/pause:"))
     vendor: dict = {"drivers": sorted(drivers), "deviceClasses": device_classes, "extendedResources": extended,
+                    # it is the fake driver: its own powers' tests belong to the run (on the simulated nodes)
+                    "runFakeDriverTests": True,
                     "features": list(vendor_features([s for s in slices
                                                       if (s.get("spec") or {}).get("driver") in drivers]))}
     if profiled_nodes and all(pools.get(node) == drivers for node in profiled_nodes):
@@ -387,7 +416,7 @@ class KindBackend(Backend):
     suite_definition = "kind-small"  # 1 control plane + 2 workers with devices: the kubelet checks run on each
     spec_flags = {"--nodes": "nodes", "--preset": "preset", "--feature-gates": "feature_gates",
                   "--runtime-config": "runtime_config", "--no-deploy": "deploy", "--node-image": "node_image",
-                  "--driver-image": "driver_image"}
+                  "--driver-image": "driver_image", "--simulated-nodes": "simulated_nodes"}
 
     def __init__(self, reporter: Reporter | None = None, *, preflight=None):
         self.reporter = reporter or Reporter(quiet=True)
@@ -443,6 +472,35 @@ class KindBackend(Backend):
         tag = nodeimage.build(engine, self.reporter, options.kubernetes_version, drops=facts.missing_caps)
         return dataclasses.replace(options, node_image=tag)
 
+    def _kwok_image(self, options: KindUpOptions, tools: Tools) -> KindUpOptions:
+        """KWOK's own image where the engine has it or pulls it (a hosted CI runner); else one built from
+        the cached KWOK binary (kwok.in_cluster), once per binary."""
+        if not options.simulated_nodes or options.kwok_image:
+            return options
+        if self._preflight != self._machine_preflight:  # the tests' tools: nothing is probed or built
+            return dataclasses.replace(options, kwok_image=in_cluster.UPSTREAM_IMAGE)
+        env = tools.env or dict(os.environ)
+        why = driverbase.needs_offline_base(tools.docker, env, in_cluster.UPSTREAM_IMAGE)
+        if why is None:
+            return dataclasses.replace(options, kwok_image=in_cluster.UPSTREAM_IMAGE)
+        binary = binaries.ensure(options.versions, binaries_dir=options.binaries_dir,
+                                 reporter=self.reporter).path("kwok")
+        tag = in_cluster.local_image(binary)
+        if run_quiet([tools.docker, "image", "inspect", tag], timeout=60, env=env).returncode == 0:
+            self.reporter.info(f"{why}: using {tag}, built before from the cached KWOK binary")
+            return dataclasses.replace(options, kwok_image=tag)
+        self.reporter.info(f"{why}: building KWOK's image from the cached binary")
+        context = paths.cache_root() / f"kwok-image-{os.getpid()}"
+        try:
+            in_cluster.write_build_context(context, binary)
+            # the classic builder: BuildKit may fetch a frontend image; FROM scratch needs nothing else
+            Runner(self.reporter, env=env).run(command(
+                f"building {tag}", "env", "DOCKER_BUILDKIT=0", tools.docker, "build", "--network=none",
+                f"--tag={tag}", context, timeout=600))
+        finally:
+            shutil.rmtree(context, ignore_errors=True)
+        return dataclasses.replace(options, kwok_image=tag)
+
     def _offline_driver_base(self, options: KindUpOptions, tools: Tools) -> KindUpOptions:
         """When the driver image is built and the engine can neither find nor pull deploy/Dockerfile's
         base (no registry): a base built from Debian's packages and pip (kindhost.driverbase)."""
@@ -460,8 +518,11 @@ class KindBackend(Backend):
     # --- up ---------------------------------------------------------------------------------
 
     def plan(self, options: KindUpOptions, tools: Tools) -> Plan:
-        """Validate everything and compute the plan; nothing is written or started."""
+        """Validate everything and compute the plan; nothing is written or started (nor is the KWOK image
+        chosen: KWOK's own stands in)."""
         options = _with_defaults(options)
+        if options.simulated_nodes and not options.kwok_image:
+            options = replace(options, kwok_image=in_cluster.UPSTREAM_IMAGE)
         return self._plan(self._validate(options), options, tools)
 
     def _validate(self, options: KindUpOptions) -> tuple[str, featuregates.FeatureSettings]:
@@ -471,6 +532,9 @@ class KindBackend(Backend):
             manifests.check_image(options.driver_image)
         if options.nodes < 0:
             raise ConfigError([Problem("--nodes", str(options.nodes), "must be 0 or more")])
+        if not 0 <= options.simulated_nodes <= MAX_SIMULATED_NODES:
+            raise ConfigError([Problem("--simulated-nodes", str(options.simulated_nodes), "out of range",
+                                       f"0 (no KWOK) to {MAX_SIMULATED_NODES}")])
         definition = options.definition
         manifests.check_definition(definition)
         matrix = featuregates.load_matrix(options.kubernetes_version)
@@ -492,7 +556,8 @@ class KindBackend(Backend):
                                                          deployed_by=name)
         build = not options.driver_image
         steps = plan_steps(name, directory, tools, nodes, deployment.image, build_image=build, deploy=options.deploy,
-                           driver_base=options.driver_base)
+                           driver_base=options.driver_base, simulated_nodes=options.simulated_nodes,
+                           kwok_image=options.kwok_image)
         return Plan(name, directory, kind_config(name, workers, features, options.node_image or NODE_IMAGE), nodes, deployment,
                     build, steps)
 
@@ -503,6 +568,7 @@ class KindBackend(Backend):
         try:
             options = self._offline_node_image(checked[0], options)
             options = self._offline_driver_base(options, tools)
+            options = self._kwok_image(options, tools)
             plan = self._plan(checked, options, tools)
             self._refuse_existing(plan.name, tools)
         except BaseException:
@@ -510,10 +576,12 @@ class KindBackend(Backend):
             raise
         runner = Runner(self.reporter, env=tools.env, actions={
             "write-files": lambda: self._write_files(plan, options),
-            "drop-archive": lambda: (plan.directory / "driver-image.tar").unlink(missing_ok=True),
+            "drop-archive": lambda: self._drop_archives(plan),
             "wait-nodes": lambda: self._wait(plan, "nodes", tools),
             "wait-rollout": lambda: self._wait(plan, "rollout"),
             "wait-slices": lambda: self._wait(plan, "slices"),
+            "wait-kwok": lambda: self._wait(plan, "kwok"),
+            "simulated-nodes": lambda: self._simulated_nodes(plan, options.simulated_nodes),
         })
         created = False
 
@@ -606,6 +674,10 @@ class KindBackend(Backend):
             for name in ("Dockerfile", ".dockerignore", driverbase.REQUIREMENTS_FILE):
                 shutil.copy2(deploy / name, context / name)
         manifests.write_kustomization(plan.deployment, plan.directory / "deploy")
+        if options.simulated_nodes:
+            assert options.kwok_image
+            (plan.directory / KWOK_MANIFESTS).write_text(in_cluster.manifests_yaml(
+                options.kwok_image, {manifests.DEPLOYED_BY_LABEL: plan.name}))
 
     def _wait(self, plan: Plan, what: str, tools: Tools | None = None) -> None:
         clients = Clients(plan.directory / "kubeconfig")
@@ -615,6 +687,8 @@ class KindBackend(Backend):
                                            explain=lambda waiting: _kubelet_logs(waiting, tools))
             elif what == "rollout":
                 manifests.wait_rollout(clients, ROLLOUT_TIMEOUT)
+            elif what == "kwok":
+                in_cluster.wait_available(clients, ROLLOUT_TIMEOUT)
             else:
                 pools = manifests.wait_published(clients, manifests.served_profiles(plan.deployment.overlay),
                                                  PUBLISH_TIMEOUT)
@@ -622,10 +696,27 @@ class KindBackend(Backend):
         finally:
             clients.close()
 
+    @staticmethod
+    def _drop_archives(plan: Plan) -> None:
+        for archive in ("driver-image.tar", KWOK_ARCHIVE):
+            (plan.directory / archive).unlink(missing_ok=True)
+
+    def _simulated_nodes(self, plan: Plan, count: int) -> None:
+        """Plain simulated nodes (no devices: each test publishes what it needs), kept Ready by KWOK."""
+        specs = kwok_nodes.default_nodes(count, pool="simulated", prefix=SIMULATED_NODE_PREFIX)
+        clients = Clients(plan.directory / "kubeconfig")
+        try:
+            kwok_nodes.create(clients.core, specs, self.reporter)
+            kwok_nodes.wait_ready(clients.core, {s.name for s in specs}, self.reporter, NODE_TIMEOUT,
+                                  hint=in_cluster.log_hint(plan.directory / "kubeconfig"))
+        finally:
+            clients.close()
+
     def _save(self, plan: Plan, options: KindUpOptions, phase: str) -> None:
         plan.directory.mkdir(parents=True, exist_ok=True)
         data = {"name": plan.name, "backend": self.name, "phase": phase, "nodeImage": options.node_image,
-                "driverBase": options.driver_base,
+                "driverBase": options.driver_base, "kwokImage": options.kwok_image,
+                "simulatedNodes": options.simulated_nodes,
                 "driverImage": plan.deployment.image, "overlay": plan.deployment.overlay if options.deploy else None,
                 "nodes": list(plan.node_names),
                 "definition": options.definition.source if options.definition else None}

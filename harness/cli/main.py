@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="cluster definition (node pools, profiles, preset): a file or a name from clusters/")
     up.add_argument("--nodes", type=int, default=None,
                     help="number of simulated (KWOK) nodes without devices (default: 3; not with --config)")
+    up.add_argument("--simulated-nodes", type=int, default=None, metavar="N",
+                    help="kind: simulated (KWOK) nodes inside the cluster beside its workers, for the tests that "
+                         "need them (default: 3; 0: no KWOK)")
     up.add_argument("--real-nodes", type=int, default=0,
                     help="local: nodes run by a real kubelet v1.37 + containerd on this machine (needs root; "
                          "see docs/real-node.md; default: 0)")
@@ -524,7 +527,7 @@ MAX_VERBOSITY = 10  # klog's highest level in use
 
 def _up_spec(args, backend: Backend) -> ClusterSpec:
     """The ClusterSpec of `cluster up`; a flag the chosen backend does not use is an error."""
-    parser_defaults = {"nodes": None, "real_nodes": 0, "source": "auto", "no_deploy": False, "verbosity": 1}
+    parser_defaults = {"nodes": None, "simulated_nodes": None, "real_nodes": 0, "source": "auto", "no_deploy": False, "verbosity": 1}
     problems = []
     for flag in sorted({flag for name in backends.BACKENDS for flag in backends.backend_class(name).spec_flags}):
         attr = flag.removeprefix("--").replace("-", "_")
@@ -548,6 +551,8 @@ def _up_spec(args, backend: Backend) -> ClusterSpec:
                        keep_on_failure=args.keep_on_failure, versions=_versions(args), binaries_dir=args.binaries_dir,
                        binary_source=args.source, real_nodes=args.real_nodes, verbosity=args.verbosity,
                        node_image=args.node_image, driver_image=args.driver_image, deploy=not args.no_deploy,
+                       simulated_nodes=ClusterSpec.simulated_nodes if args.simulated_nodes is None
+                       else args.simulated_nodes,
                        kubeconfig=args.kubeconfig)
 
 

@@ -21,6 +21,11 @@
         ruleSelector: acme.example/health-monitor=node-agent   # label selector of the DeviceTaintRules it owns
         inject: [acme-fault, inject, "{node}", "{device}", "{kind}"]   # make a device {kind}: degraded | failed
         recover: [acme-fault, clear, "{node}", "{device}"]              # make it healthy again
+      runFakeDriverTests: false              # true: also the tests of the fake driver's own powers (below)
+
+`runFakeDriverTests: true` runs the tests marked `fake_devices` as well: they start fake-driver instances
+of their own on the cluster's simulated (KWOK) nodes and never use your driver. The kind backend sets it
+in the file it writes for the fake driver it deploys, which is the driver those tests are about.
 
 `load` checks the file alone (types, names, known features, the plugin's command and placeholders,
 the manifests); `check_against_cluster` checks it against the cluster under test (classes exist or are
@@ -170,6 +175,7 @@ class VendorDriver:
     kubelet_plugin: KubeletPlugin | None = None  # the harness starts it on the local backend's real node
     manifests: tuple[Manifest, ...] = ()
     health_monitor: HealthMonitor | None = None  # the tests of test_health_monitor.py reach it through commands
+    run_fake_driver_tests: bool = False  # also the tests marked fake_devices (the kind backend's own driver)
 
     @property
     def default_image(self) -> bool:
@@ -221,12 +227,14 @@ def load(path: str) -> VendorDriver:
                   "one of spec.pluginLog (you start the plugin) or spec.kubeletPlugin (the harness does)")
     manifests = _manifests(spec, Path(path).parent)
     monitor = _health_monitor(spec, Path(path).parent) if "healthMonitor" in spec.data else None
+    fake_driver_tests = spec.bool("runFakeDriverTests", default=False)
     spec.done()
     top.done()
     if problems:
         raise InvalidInput(problems)
     return VendorDriver(name or "", tuple(drivers), classes, extended, frozenset(features),
-                        test_image or DEFAULT_TEST_IMAGE, node_selector, plugin_log, path, plugin, manifests, monitor)
+                        test_image or DEFAULT_TEST_IMAGE, node_selector, plugin_log, path, plugin, manifests, monitor,
+                        fake_driver_tests)
 
 
 def _executable_problem(command: str, base: Path) -> tuple[str, str] | None:

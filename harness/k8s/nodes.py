@@ -38,3 +38,12 @@ def why_not_ready(node) -> str:
         return f"Ready={ready.status} ({ready.reason}: {ready.message})"
     taints = sorted(t.key for t in (node.spec.taints or []) if t.key in NOT_READY_TAINTS) if node.spec else []
     return f"Ready but still tainted {', '.join(taints)}"
+
+
+def pods_to_remove_with(core, node: str) -> list:
+    """The pods bound to `node` that whoever removes the node must delete first: all but DaemonSets'. A
+    cluster's node agents (kind's kube-proxy) land on every node, simulated ones too; they are not a
+    test's to delete (their DaemonSet makes new ones at once) and the pod garbage collector removes them
+    with the node."""
+    return [pod for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+            if not any(ref.kind == "DaemonSet" for ref in (pod.metadata.owner_references or []))]

@@ -25,6 +25,7 @@ from kubernetes.client import V1Node, V1NodeCondition, V1NodeSpec, V1NodeStatus,
 
 from harness.backends import commands, kind, manifests
 from harness.backends.commands import CommandFailed, Runner, Step, command
+from harness.backends.kwok import in_cluster
 from harness.config import cluster, featuregates
 from harness.core.errors import ClusterNotFound, ConfigError, HarnessError
 from harness.core.progress import Reporter
@@ -123,14 +124,21 @@ def test_up_runs_exactly_these_commands(state_dir):
         "--wait=300s",
         "/usr/local/bin/kind get nodes --name=ci",
         f"/usr/bin/docker save --platform=linux/amd64 --output={d}/driver-image.tar {image}",
-        " & ".join(f"/usr/bin/docker exec --interactive {node} ctr --namespace=k8s.io images import "
-                   f"--platform=linux/amd64 --digests - < {d}/driver-image.tar" for node in nodes),
-        "[drop-archive] removing the saved image",
+        f"/usr/bin/docker save --platform=linux/amd64 --output={d}/kwok-image.tar {in_cluster.UPSTREAM_IMAGE}",
+        " & ".join([f"/usr/bin/docker exec --interactive {node} ctr --namespace=k8s.io images import "
+                    f"--platform=linux/amd64 --digests - < {d}/driver-image.tar" for node in nodes]
+                   # KWOK's image goes to the control-plane node alone: its controller runs there
+                   + ["/usr/bin/docker exec --interactive ci-control-plane ctr --namespace=k8s.io images import "
+                      f"--platform=linux/amd64 --digests - < {d}/kwok-image.tar"]),
+        "[drop-archive] removing the saved images",
         "[wait-nodes] waiting for 10 nodes to be Ready",
         f"{kubectl} kustomize {d}/deploy > {d}/manifests.yaml",
         f"{kubectl} apply --filename={d}/manifests.yaml",
         "[wait-rollout] waiting for the fake driver's controller and kubelet plugins",
         "[wait-slices] waiting until every node's ResourceSlices are published",
+        f"{kubectl} apply --filename={d}/kwok.yaml",
+        "[wait-kwok] waiting for KWOK's controller",
+        "[simulated-nodes] creating 3 simulated (KWOK) nodes",
     ]
     assert [str(step) for step in plan.steps] == expected
     assert plan.steps[5].expect_lines == frozenset(nodes)  # kind must have named the nodes as planned
@@ -139,12 +147,14 @@ def test_up_runs_exactly_these_commands(state_dir):
 
 
 def test_a_given_driver_image_is_loaded_not_built_and_no_deploy_skips_the_manifests():
-    plan = _plan(definition=None, nodes=1, driver_image="registry.example/fake-driver:dev", deploy=False)
+    plan = _plan(definition=None, nodes=1, driver_image="registry.example/fake-driver:dev", deploy=False,
+                 simulated_nodes=0)
     text = [str(s) for s in plan.steps]
     assert not any("docker build" in t or "pip wheel" in t for t in text)
     assert sum("docker save --platform=linux/amd64 --output=" in t and t.endswith("registry.example/fake-driver:dev")
                for t in text) == 1
-    assert [s for s in plan.steps if s.together][0].title == "loading the driver image into 2 nodes"
+    assert not any("kwok" in t.lower() for t in text)  # no simulated nodes: no KWOK at all
+    assert [s for s in plan.steps if s.together][0].title == "loading the images into 2 nodes"
     assert not any("kubectl" in t for t in text)
     assert text[-1] == "[wait-nodes] waiting for 2 nodes to be Ready"
 
@@ -430,6 +440,7 @@ def _calls(work: Path) -> list[list[str]]:
 def _backend(tools, waits: list):
     backend = kind.KindBackend(Reporter(quiet=True), preflight=lambda: tools)
     backend._wait = lambda plan, what, tools=None: waits.append(what)
+    backend._simulated_nodes = lambda plan, count: waits.append(f"{count} simulated nodes")
     return backend
 
 
@@ -461,11 +472,14 @@ def test_up_and_down_run_the_plan_against_the_tools(fake_tools, monkeypatch, sta
         position += len(group)
     assert position == len(commands_run)
     assert [c[1] for c in commands_run if c[0] == "kind"] == ["create", "get"]
-    assert waits == ["nodes", "rollout", "slices"]
+    assert waits == ["nodes", "rollout", "slices", "kwok", "3 simulated nodes"]
     image = manifests.default_image()
-    assert sorted((work / "imported.txt").read_text().splitlines()) == sorted(f"{n} {image}" for n in plan.node_names)
-    assert not (state_dir / "kind" / "t" / "driver-image.tar").exists()  # 400 MB: removed once loaded
+    assert sorted((work / "imported.txt").read_text().splitlines()) == sorted(
+        [f"{n} {image}" for n in plan.node_names] + [f"t-control-plane {in_cluster.UPSTREAM_IMAGE}"])
     directory = state_dir / "kind" / "t"
+    assert not {"driver-image.tar", "kwok-image.tar"} & {p.name for p in directory.iterdir()}  # removed once loaded
+    kwok_objects = list(yaml.safe_load_all((directory / "kwok.yaml").read_text()))
+    assert {o["metadata"]["labels"][manifests.DEPLOYED_BY_LABEL] for o in kwok_objects} == {"t"}
     assert yaml.safe_load((directory / "kind-config.yaml").read_text()) == plan.config
     kustomization = yaml.safe_load((directory / "deploy" / "kustomization.yaml").read_text())
     assert kustomization["labels"][0]["pairs"] == {manifests.DEPLOYED_BY_LABEL: "t"}

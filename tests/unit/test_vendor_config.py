@@ -37,6 +37,15 @@ def test_a_good_file(tmp_path):
     assert loaded.test_image == vendor.DEFAULT_TEST_IMAGE and loaded.default_image
 
 
+def test_the_fake_drivers_own_tests_run_only_when_the_file_asks(tmp_path):
+    assert not vendor.load(_file(tmp_path, "  drivers: [gpu.acme.example]\n")).run_fake_driver_tests
+    assert vendor.load(_file(tmp_path, "  drivers: [gpu.acme.example]\n  runFakeDriverTests: true\n")
+                       ).run_fake_driver_tests
+    path = _file(tmp_path, "  drivers: [gpu.acme.example]\n  runFakeDriverTests: 'yes'\n")
+    assert _problems(path) == [f"{path}: spec.runFakeDriverTests: must be true or false, not 'yes' "
+                               "(allowed: true, false)"]
+
+
 def test_every_problem_is_located(tmp_path):
     path = _file(tmp_path, "  drivers: [gpu.acme.example]\n  deviceClasses: {gpu: Acme_GPU}\n"
                            "  extendedResources: {nic: acme.example/nic, gpu: 'kubernetes.io/gpu'}\n"
