@@ -46,9 +46,11 @@ class ClusterSpec:
     # kind
     node_image: str | None = None  # default: the backend's pinned node image
     driver_base: str | None = None  # the offline base for deploy/Dockerfile (kindhost.driverbase); None: its own
-    simulated_nodes: int = 3  # KWOK nodes inside the cluster, beside its workers (0: no KWOK deployed)
-    kwok_image: str | None = None  # KWOK's controller image (kwok.in_cluster); None: the backend's choice
     # kind, existing
+    # KWOK nodes inside the cluster, beside its own (kwok.in_cluster; 0: KWOK is not deployed). None: the
+    # backend's default, 3 on kind (its cluster), 0 on existing (yours: only when you ask)
+    simulated_nodes: int | None = None
+    kwok_image: str | None = None  # KWOK's controller image; None: the backend's choice
     driver_image: str | None = None
     deploy: bool = True  # deploy the fake driver (False: vendor mode, bring your own driver)
     # existing

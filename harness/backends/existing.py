@@ -32,6 +32,7 @@ from harness.backends.common import (
     kubeconfig_endpoint,
     validate_name,
 )
+from harness.backends.kwok import in_cluster
 from harness.core import paths
 from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, Problem
 from harness.core.files import write_atomic
@@ -40,8 +41,10 @@ from harness.k8s import api, errors
 from harness.k8s.client import Clients
 
 STATE_FILE = "state.yaml"
+KWOK_MANIFESTS = "kwok.yaml"
 ROLLOUT_TIMEOUT = 300.0
 PUBLISH_TIMEOUT = 300.0
+NODE_TIMEOUT = 300.0
 
 
 ExistingUpOptions = ClusterSpec  # the name callers used before every backend shared one spec
@@ -77,7 +80,8 @@ def deploy_steps(directory: Path, kubectl: str, kubeconfig: Path) -> list[Step]:
 
 class ExistingBackend(Backend):
     name = "existing"
-    spec_flags = {"--kubeconfig": "kubeconfig", "--no-deploy": "deploy", "--driver-image": "driver_image"}
+    spec_flags = {"--kubeconfig": "kubeconfig", "--no-deploy": "deploy", "--driver-image": "driver_image",
+                  "--simulated-nodes": "simulated_nodes", "--kwok-image": "kwok_image"}
     attaches = True
 
     def __init__(self, reporter: Reporter | None = None, *, kubectl_finder=None):
@@ -101,6 +105,7 @@ class ExistingBackend(Backend):
                 manifests.check_image(options.driver_image)
         elif options.driver_image:
             raise ConfigError([Problem("--driver-image", options.driver_image, "has no effect with --no-deploy")])
+        in_cluster.check_request(options.simulated_nodes or 0, options.kwok_image)
         kubeconfig = resolve_kubeconfig(options.kubeconfig)
         _, server = kubeconfig_endpoint(kubeconfig)
         directory = state_dir(name)
@@ -112,6 +117,7 @@ class ExistingBackend(Backend):
                 "deployed": False, "phase": "running"}
         if not options.deploy:
             self._save(directory, data)
+            self._add_simulated_nodes(name, data, options, kubeconfig)
             return self.info(name)
 
         kubectl = self._kubectl()
@@ -145,7 +151,61 @@ class ExistingBackend(Backend):
             clients.close()
         data["phase"] = "running"
         self._save(directory, data)
+        self._add_simulated_nodes(name, data, options, kubeconfig)
         return self.info(name)
+
+    def _add_simulated_nodes(self, name: str, data: dict, options: ClusterSpec, kubeconfig: Path) -> None:
+        """With --simulated-nodes N: KWOK's controller deployed into your cluster (KWOK's own image, which
+        your nodes pull) and N simulated nodes `<name>-kwok-<i>`; all of it removed again by `down`."""
+        count = options.simulated_nodes or 0
+        if not count:
+            return
+        directory = state_dir(name)
+        kubectl = self._kubectl()
+        clients = self._clients(kubeconfig)
+        try:
+            self._refuse_foreign_kwok(clients, name)
+            data.update({"kwok": True, "simulatedNodes": count, "phase": "deploying KWOK"})
+            self._save(directory, data)  # from here on `down` removes what KWOK's part made
+            image = options.kwok_image or in_cluster.UPSTREAM_IMAGE
+            (directory / KWOK_MANIFESTS).write_text(in_cluster.manifests_yaml(
+                image, {manifests.DEPLOYED_BY_LABEL: name}, on_control_plane=False))
+            specs = in_cluster.node_specs(count, f"{name}-kwok", {manifests.DEPLOYED_BY_LABEL: name})
+            runner = Runner(self.reporter, {
+                "wait-kwok": lambda: in_cluster.wait_available(clients, ROLLOUT_TIMEOUT),
+                "simulated-nodes": lambda: in_cluster.add_nodes(clients, specs, self.reporter, kubeconfig,
+                                                                NODE_TIMEOUT),
+            })
+
+            def keep() -> None:
+                data["phase"] = "failed"
+                self._save(directory, data)
+
+            with kept_or_removed_on_failure(
+                    self.reporter, options.keep_on_failure, keep_it=keep,
+                    keep_note=f"keeping what was deployed for inspection; remove it with "
+                              f"`dra-harness cluster down --backend existing --name {name}`",
+                    remove_it=lambda: self._undeploy(name, data, kubectl, clients)):
+                runner.run_all([
+                    command(f"deploying KWOK's controller ({image})", kubectl, f"--kubeconfig={kubeconfig}", "apply",
+                            f"--filename={directory / KWOK_MANIFESTS}", timeout=300),
+                    action("wait-kwok", "waiting for KWOK's controller"),
+                    action("simulated-nodes", f"creating {count} simulated (KWOK) nodes"),
+                ])
+        finally:
+            clients.close()
+        data["phase"] = "running"
+        self._save(directory, data)
+
+    def _refuse_foreign_kwok(self, clients, name: str) -> None:
+        """KWOK's controller of another `cluster up` (or not of dra-harness) on this cluster: two would
+        fight over the same nodes."""
+        role = errors.ignore_missing(clients.rbac.read_cluster_role, f"dra-harness:{in_cluster.NAME}")
+        if role is not None:
+            owner = (role.metadata.labels or {}).get(manifests.DEPLOYED_BY_LABEL)
+            raise HarnessError("KWOK's controller is already deployed on this cluster "
+                               + (f"(by `cluster up --name {owner}`)" if owner else "(not by dra-harness)"),
+                               hint="use --simulated-nodes 0 with this name, or take the other one down first")
 
     def _wait_published(self, clients, deployment: manifests.Deployment) -> None:
         pools = manifests.wait_published(clients, manifests.served_profiles(deployment.overlay), PUBLISH_TIMEOUT)
@@ -193,7 +253,7 @@ class ExistingBackend(Backend):
     def down(self, name: str) -> list[str]:
         data = self._load(name)
         leftovers: list[str] = []
-        if data.get("deployed"):
+        if data.get("deployed") or data.get("kwok"):
             kubeconfig = Path(data["kubeconfig"])
             if not kubeconfig.is_file():
                 raise HarnessError(f"the kubeconfig of {name!r} is gone: {kubeconfig}",
@@ -209,38 +269,49 @@ class ExistingBackend(Backend):
         return leftovers
 
     def _undeploy(self, name: str, data: dict, kubectl: str, clients) -> list[str]:
-        steps = manifests.delete_steps(kubectl, Path(data["kubeconfig"]), name, bool(data.get("namespaceOwned")))
+        steps = []
+        if data.get("kwok"):  # first: KWOK's nodes while KWOK still runs, then KWOK
+            steps += in_cluster.delete_steps(kubectl, Path(data["kubeconfig"]), name)
+        if data.get("deployed"):
+            steps += manifests.delete_steps(kubectl, Path(data["kubeconfig"]), name, bool(data.get("namespaceOwned")))
         Runner(self.reporter).run_all(steps)
-        return manifests.leftovers(clients, name)
+        left = manifests.leftovers(clients, name) if data.get("deployed") else []
+        if data.get("kwok"):
+            left += [f"node {n.metadata.name}" for n in clients.core.list_node(
+                label_selector=f"{manifests.DEPLOYED_BY_LABEL}={name}").items]
+        return left
 
     def status(self, name: str) -> ClusterStatus:
         data = self._load(name)
         kubeconfig = Path(data["kubeconfig"])
         ready = api_ready(kubeconfig)
-        components = self._components(kubeconfig) if ready and data.get("deployed") else []
+        components = self._components(kubeconfig, bool(data.get("deployed")), bool(data.get("kwok"))) if ready else []
         healthy = ready and data.get("phase") == "running" and all(c.alive for c in components)
         return ClusterStatus(name=name, backend=self.name, health="running" if healthy else "broken",
                              phase=data.get("phase", "?"), components=components, kubeconfig=str(kubeconfig),
                              directory=str(state_dir(name)),
                              details={k: data.get(k) for k in ("server", "deployed", "overlay", "driverImage",
-                                                              "namespaceOwned", "definition")})
+                                                              "namespaceOwned", "definition", "simulatedNodes")})
 
-    def _components(self, kubeconfig: Path) -> list[ComponentStatus]:
+    def _components(self, kubeconfig: Path, driver: bool, kwok: bool) -> list[ComponentStatus]:
+        """The fake driver's controller and plugins (when deployed), KWOK's controller (when deployed)."""
         clients = Clients(kubeconfig)
         try:
             apps = api.AppsV1Api(clients.api_client)
             result = []
-            for kind, read in (("controller", apps.read_namespaced_deployment),
-                               ("kubelet-plugin", apps.read_namespaced_daemon_set)):
-                name = manifests.CONTROLLER if kind == "controller" else manifests.PLUGIN
+            wanted = ([("controller", manifests.NAMESPACE, manifests.CONTROLLER),
+                       ("kubelet-plugin", manifests.NAMESPACE, manifests.PLUGIN)] if driver else [])
+            wanted += [("kwok", in_cluster.NAMESPACE, in_cluster.NAME)] if kwok else []
+            for kind, namespace, name in wanted:
                 try:
-                    obj = read(name, manifests.NAMESPACE)
-                    status = obj.status
-                    alive = ((status.available_replicas or 0) >= 1 if kind == "controller"
-                             else (status.number_ready or 0) == (status.desired_number_scheduled or 0))
+                    if kind == "kubelet-plugin":
+                        status = apps.read_namespaced_daemon_set(name, namespace).status
+                        alive = (status.number_ready or 0) == (status.desired_number_scheduled or 0)
+                    else:
+                        alive = (apps.read_namespaced_deployment(name, namespace).status.available_replicas or 0) >= 1
                 except Exception:
                     alive = False
-                result.append(ComponentStatus(f"{kind} ({manifests.NAMESPACE}/{name})", None, alive))
+                result.append(ComponentStatus(f"{kind} ({namespace}/{name})", None, alive))
             return result
         finally:
             clients.close()

@@ -50,7 +50,6 @@ from harness.backends.common import (
 from harness.backends.kindhost import docker, driverbase, enginechoice, nodeimage
 from harness.backends.kindhost.docker import Engine, Facts
 from harness.backends.kwok import in_cluster
-from harness.backends.kwok import nodes as kwok_nodes
 from harness.binaries import gobuild, kindtool
 from harness.config import capabilities, featuregates
 from harness.config.cluster import ClusterDefinition
@@ -102,7 +101,6 @@ CREATE_WAIT = "300s"
 NODE_TIMEOUT = 300.0
 ROLLOUT_TIMEOUT = 300.0
 PUBLISH_TIMEOUT = 300.0
-MAX_SIMULATED_NODES = 1000  # each is a Node object, its Lease and KWOK's work; more is the local backend's job
 
 
 KindUpOptions = ClusterSpec  # the name callers used before every backend shared one spec
@@ -407,7 +405,12 @@ def engine_user_in_use(user: str) -> bool:
     return state_dir(user).exists()
 
 
+SIMULATED_NODES = 3  # the default: the suite's tests that need a simulated node use one or two
+
+
 def _with_defaults(spec: ClusterSpec) -> ClusterSpec:
+    if spec.simulated_nodes is None:
+        spec = replace(spec, simulated_nodes=SIMULATED_NODES)
     return spec if spec.node_image else replace(spec, node_image=NODE_IMAGE)
 
 
@@ -416,7 +419,8 @@ class KindBackend(Backend):
     suite_definition = "kind-small"  # 1 control plane + 2 workers with devices: the kubelet checks run on each
     spec_flags = {"--nodes": "nodes", "--preset": "preset", "--feature-gates": "feature_gates",
                   "--runtime-config": "runtime_config", "--no-deploy": "deploy", "--node-image": "node_image",
-                  "--driver-image": "driver_image", "--simulated-nodes": "simulated_nodes"}
+                  "--driver-image": "driver_image", "--simulated-nodes": "simulated_nodes",
+                  "--kwok-image": "kwok_image"}
 
     def __init__(self, reporter: Reporter | None = None, *, preflight=None):
         self.reporter = reporter or Reporter(quiet=True)
@@ -532,9 +536,7 @@ class KindBackend(Backend):
             manifests.check_image(options.driver_image)
         if options.nodes < 0:
             raise ConfigError([Problem("--nodes", str(options.nodes), "must be 0 or more")])
-        if not 0 <= options.simulated_nodes <= MAX_SIMULATED_NODES:
-            raise ConfigError([Problem("--simulated-nodes", str(options.simulated_nodes), "out of range",
-                                       f"0 (no KWOK) to {MAX_SIMULATED_NODES}")])
+        in_cluster.check_request(options.simulated_nodes or 0, options.kwok_image)
         definition = options.definition
         manifests.check_definition(definition)
         matrix = featuregates.load_matrix(options.kubernetes_version)
@@ -556,7 +558,7 @@ class KindBackend(Backend):
                                                          deployed_by=name)
         build = not options.driver_image
         steps = plan_steps(name, directory, tools, nodes, deployment.image, build_image=build, deploy=options.deploy,
-                           driver_base=options.driver_base, simulated_nodes=options.simulated_nodes,
+                           driver_base=options.driver_base, simulated_nodes=options.simulated_nodes or 0,
                            kwok_image=options.kwok_image)
         return Plan(name, directory, kind_config(name, workers, features, options.node_image or NODE_IMAGE), nodes, deployment,
                     build, steps)
@@ -581,7 +583,7 @@ class KindBackend(Backend):
             "wait-rollout": lambda: self._wait(plan, "rollout"),
             "wait-slices": lambda: self._wait(plan, "slices"),
             "wait-kwok": lambda: self._wait(plan, "kwok"),
-            "simulated-nodes": lambda: self._simulated_nodes(plan, options.simulated_nodes),
+            "simulated-nodes": lambda: self._simulated_nodes(plan, options.simulated_nodes or 0),
         })
         created = False
 
@@ -703,12 +705,10 @@ class KindBackend(Backend):
 
     def _simulated_nodes(self, plan: Plan, count: int) -> None:
         """Plain simulated nodes (no devices: each test publishes what it needs), kept Ready by KWOK."""
-        specs = kwok_nodes.default_nodes(count, pool="simulated", prefix=SIMULATED_NODE_PREFIX)
+        specs = in_cluster.node_specs(count, SIMULATED_NODE_PREFIX, {manifests.DEPLOYED_BY_LABEL: plan.name})
         clients = Clients(plan.directory / "kubeconfig")
         try:
-            kwok_nodes.create(clients.core, specs, self.reporter)
-            kwok_nodes.wait_ready(clients.core, {s.name for s in specs}, self.reporter, NODE_TIMEOUT,
-                                  hint=in_cluster.log_hint(plan.directory / "kubeconfig"))
+            in_cluster.add_nodes(clients, specs, self.reporter, plan.directory / "kubeconfig", NODE_TIMEOUT)
         finally:
             clients.close()
 

@@ -127,8 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, default=None,
                     help="number of simulated (KWOK) nodes without devices (default: 3; not with --config)")
     up.add_argument("--simulated-nodes", type=int, default=None, metavar="N",
-                    help="kind: simulated (KWOK) nodes inside the cluster beside its workers, for the tests that "
-                         "need them (default: 3; 0: no KWOK)")
+                    help="kind, existing: simulated (KWOK) nodes inside the cluster beside its own, for the tests "
+                         "that need them (default: 3 on kind, 0 on existing; 0: no KWOK)")
+    up.add_argument("--kwok-image", default=None, metavar="IMG",
+                    help="kind, existing: KWOK's controller image (default: registry.k8s.io/kwok/kwok:v0.8.0; on "
+                         "kind without a registry, one built from the cached KWOK binary)")
     up.add_argument("--real-nodes", type=int, default=0,
                     help="local: nodes run by a real kubelet v1.37 + containerd on this machine (needs root; "
                          "see docs/real-node.md; default: 0)")
@@ -551,8 +554,7 @@ def _up_spec(args, backend: Backend) -> ClusterSpec:
                        keep_on_failure=args.keep_on_failure, versions=_versions(args), binaries_dir=args.binaries_dir,
                        binary_source=args.source, real_nodes=args.real_nodes, verbosity=args.verbosity,
                        node_image=args.node_image, driver_image=args.driver_image, deploy=not args.no_deploy,
-                       simulated_nodes=ClusterSpec.simulated_nodes if args.simulated_nodes is None
-                       else args.simulated_nodes,
+                       simulated_nodes=args.simulated_nodes, kwok_image=args.kwok_image,
                        kubeconfig=args.kubeconfig)
 
 

@@ -58,7 +58,8 @@ def docker_bridges() -> set[str]:
 def _leftover_dirs() -> set[str]:
     cache = paths.cache_root()
     found = {str(p) for pattern in ("driver-base/build-*", "driver-base/*.partial", "kind-node/build-*",
-                                    "kind-node/*.partial", "kind-node/rootfs-*.work", "driver-base/rootfs-*.work")
+                                    "kind-node/*.partial", "kind-node/rootfs-*.work", "driver-base/rootfs-*.work",
+                                    "kwok-image-*")
              for p in cache.glob(pattern)}
     return found  # (pytest's shared directories are the suite test's own check: other runs make them too)
 

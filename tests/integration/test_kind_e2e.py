@@ -22,8 +22,10 @@ import pytest
 
 from fake_devices import render
 from harness.backends import kind, manifests
+from harness.backends.kwok import nodes as kwok_nodes
 from harness.k8s import wait
 from harness.k8s.client import Clients
+from harness.k8s.nodes import is_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.kind_e2e]
 
@@ -77,8 +79,14 @@ def test_kind_cluster_runs_the_fake_driver_end_to_end(tmp_path):
 
 def _check_cluster(clients: Clients, name: str) -> None:
     assert clients.version.get_code().git_version.startswith("v1.37.")
-    nodes = {n.metadata.name: n.metadata.labels for n in clients.core.list_node().items}
+    listed = clients.core.list_node().items
+    simulated = {n.metadata.name: n for n in listed
+                 if (n.metadata.annotations or {}).get(kwok_nodes.KWOK_NODE_ANNOTATION) == "fake"}
+    nodes = {n.metadata.name: n.metadata.labels for n in listed if n.metadata.name not in simulated}
     assert set(nodes) == {f"{name}-control-plane", f"{name}-worker", f"{name}-worker2"}
+    # beside kind's nodes, the default 3 simulated ones, kept Ready by KWOK's controller inside the cluster
+    assert sorted(simulated) == [f"{kind.SIMULATED_NODE_PREFIX}-{i}" for i in range(kind.SIMULATED_NODES)]
+    assert all(is_ready(n) and n.metadata.labels[manifests.DEPLOYED_BY_LABEL] == name for n in simulated.values())
     assert nodes[f"{name}-worker"]["dra-harness.x-k8s.io/profile"] == "tiny"
     assert "dra-harness.x-k8s.io/profile" not in nodes[f"{name}-worker2"]
     slices = clients.resource.list_resource_slice(field_selector=f"spec.nodeName={name}-worker").items

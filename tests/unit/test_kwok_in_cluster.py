@@ -3,11 +3,16 @@ where it runs, which nodes it manages, and the offline image it runs from."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import yaml
 
 from harness.backends.kwok import in_cluster, nodes, stages
+from harness.core.errors import ConfigError
 
 LABELS = {"dra-harness.x-k8s.io/deployed-by": "ci"}
+LABELS_SELECTOR = "dra-harness.x-k8s.io/deployed-by=ci"
 
 
 def _by_kind(image: str = in_cluster.UPSTREAM_IMAGE) -> dict[str, dict]:
@@ -92,3 +97,41 @@ def test_the_offline_image_is_named_after_the_binary_and_mirrors_kwoks_own(tmp_p
     dockerfile = (context / "Dockerfile").read_text()
     assert "FROM scratch" in dockerfile  # nothing to pull
     assert 'ENTRYPOINT ["/usr/local/bin/kwok"]' in dockerfile  # as in registry.k8s.io/kwok/kwok
+
+
+def test_on_your_cluster_the_controller_may_run_on_any_real_node():
+    pod = {o["kind"]: o for o in in_cluster.objects(in_cluster.UPSTREAM_IMAGE, LABELS, on_control_plane=False)
+           }["Deployment"]["spec"]["template"]["spec"]
+    assert "nodeSelector" not in pod  # a managed control plane runs no pods
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "type", "operator": "NotIn", "values": ["kwok"]}]}]
+    assert nodes.NodeSpec("n").manifest()["metadata"]["labels"]["type"] == "kwok"  # what the affinity keeps out
+
+
+def test_the_nodes_carry_the_label_down_deletes_them_by():
+    specs = in_cluster.node_specs(3, "ci-kwok", LABELS)
+    assert [s.name for s in specs] == ["ci-kwok-0", "ci-kwok-1", "ci-kwok-2"]
+    for spec in specs:
+        labels = spec.manifest()["metadata"]["labels"]
+        assert labels.items() >= {**LABELS, nodes.MANAGED_LABEL: "true"}.items()
+        assert labels["topology.kubernetes.io/zone"] in nodes.ZONES
+
+
+def test_down_deletes_only_what_this_cluster_made_nodes_first():
+    steps = [str(s) for s in in_cluster.delete_steps("kubectl", Path("/k"), "ci")]
+    assert len(steps) == 3 and steps[0].startswith("kubectl --kubeconfig=/k delete --ignore-not-found --wait nodes")
+    assert f"--selector={LABELS_SELECTOR},{nodes.MANAGED_LABEL}=true" in steps[0]
+    assert all(f"--selector={LABELS_SELECTOR}" in s for s in steps)
+    assert "--field-selector=metadata.name=dra-harness:kwok-controller" in steps[2]  # not the driver's roles
+
+
+@pytest.mark.parametrize("count, image, located", [
+    (-1, None, "--simulated-nodes: -1: out of range"),
+    (in_cluster.MAX_NODES + 1, None, f"--simulated-nodes: {in_cluster.MAX_NODES + 1}: out of range"),
+    (0, in_cluster.UPSTREAM_IMAGE, "--kwok-image: registry.k8s.io/kwok/kwok:v0.8.0: has no effect"),
+    (2, "Bad Image", "--kwok-image: Bad Image: not an image reference"),
+])
+def test_bad_requests_are_located(count, image, located):
+    with pytest.raises(ConfigError) as err:
+        in_cluster.check_request(count, image)
+    assert located in str(err.value)
