@@ -37,6 +37,20 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 EPHEMERAL_LABEL = "dra-harness.x-k8s.io/ephemeral"  # nodes a test creates and deletes again: never "the" node
 
 
+OWN_FAKE_DRIVER = pytest.StashKey[bool]()  # set by a fixture: this test checks a fake-driver instance of its own
+
+
+def vendor_under_test(request: pytest.FixtureRequest):
+    """The vendor's driver this test checks, or None when it checks the fake driver: without a vendor
+    file, and under one with runFakeDriverTests for a test of the fake driver's own powers (marked
+    fake_devices, or one a fixture gave the fake driver: see health monitors)."""
+    vendor = vendor_driver(request.config)
+    if vendor is not None and vendor.run_fake_driver_tests and (
+            request.node.get_closest_marker("fake_devices") or request.node.stash.get(OWN_FAKE_DRIVER, False)):
+        return None
+    return vendor
+
+
 @pytest.fixture(scope="session")
 def cluster_facts(k8s: Clients) -> ClusterFacts:
     return discover(k8s)
@@ -113,7 +127,7 @@ class DriverUnderTest:
 @pytest.fixture
 def driver_under_test(request: pytest.FixtureRequest, k8s: Clients) -> DriverUnderTest:
 
-    vendor = vendor_driver(request.config)
+    vendor = vendor_under_test(request)
     if vendor is not None:
         # in turn with the tests using the vendor's devices: one of them may take the driver away for a while
         # (test_kubelet_plugin_lifecycle.py stops its plugin until the kubelet wipes its slices)
@@ -160,11 +174,11 @@ def devices_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_namespa
     DeviceClass and how to place pods there. In vendor mode the tests using the vendor's devices take
     turns (`vendor_turn`)."""
 
-    vendor = vendor_driver(request.config)
     make = partial(under_test.DevicePool, k8s, cluster_objects, unique_name)
 
     def pool(count: int = 1, **fake_options) -> under_test.DevicePool:
         """`fake_options` (e.g. variant=...) go to the fake driver; a vendor's driver is as it is."""
+        vendor = vendor_under_test(request)  # when asked: a fixture may have given the test the fake driver
         if vendor is None:
             return under_test.fake_pool(k8s, request.getfixturevalue("fake_driver"),
                                         request.getfixturevalue("simulated_node"), count, make, **fake_options)

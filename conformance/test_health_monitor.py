@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from conformance import checks, objects
+from conformance.conftest import OWN_FAKE_DRIVER
 from conformance.health_monitors import (
     DEGRADED,
     FAILED,
@@ -105,6 +106,11 @@ def health(request, k8s, dra_cluster, devices_under_test, tmp_path, unique_name)
     the fake driver (faults not published as taints) on a simulated node, or the vendor's monitor of its
     driver, reached through the vendor file's spec.healthMonitor commands."""
     vendor = vendor_driver(request.config)
+    if vendor is not None and vendor.health_monitor is None and vendor.run_fake_driver_tests:
+        # the fake driver's file (kind): its own kit's monitor, the reference one, over an instance of this
+        # test's own on a simulated node, as without a vendor file
+        request.node.stash[OWN_FAKE_DRIVER] = True
+        vendor = None
     if vendor is not None:
         if vendor.health_monitor is None:
             pytest.skip(f"the vendor file {vendor.source} names no spec.healthMonitor (the label selector of the "
