@@ -54,7 +54,7 @@ from harness.binaries import gobuild, kindtool
 from harness.config import capabilities, featuregates
 from harness.config.cluster import ClusterDefinition
 from harness.config.vendor import KNOWN_FEATURES
-from harness.core import paths
+from harness.core import paths, schedulerprofiles
 from harness.core.errors import BinariesError, ClusterNotFound, ConfigError, HarnessError, Problem
 from harness.core.files import write_atomic
 from harness.core.progress import Reporter
@@ -91,6 +91,11 @@ CONTAINERD_CDI_PATCHES = (
 ''',
 )
 POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
+# kube-scheduler's configuration with the suite's second profile (core.schedulerprofiles), written into
+# <state>/scheduler/ and mounted read-only at SCHEDULER_NODE_DIR in the control-plane node
+SCHEDULER_DIR = "scheduler"
+SCHEDULER_NODE_DIR = "/etc/kubernetes/dra-harness"
+SCHEDULER_CONFIG = "kube-scheduler.yaml"
 KIND_CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # kind's label on every node container of a cluster
 STATE_FILE = "state.yaml"
 KWOK_ARCHIVE = "kwok-image.tar"
@@ -128,6 +133,7 @@ class Plan:
     deployment: manifests.Deployment
     build_image: bool
     steps: list[Step] = field(default_factory=list)
+    scheduler_profiles: tuple[schedulerprofiles.SchedulerProfile, ...] = ()
 
 
 # --- pure parts -------------------------------------------------------------------------------
@@ -151,9 +157,34 @@ def node_names(name: str, workers: int) -> tuple[str, ...]:
     return (f"{name}-control-plane",) + tuple(f"{name}-worker{'' if i == 0 else i + 1}" for i in range(workers))
 
 
+def scheduler_config(profiles: tuple[schedulerprofiles.SchedulerProfile, ...]) -> dict:
+    """kube-scheduler's configuration on the control-plane node: default-scheduler plus `profiles`. With
+    --config the scheduler ignores kubeadm's deprecated flags (--kubeconfig, --leader-elect:
+    k8s.io/kubernetes@v1.37.2 cmd/kube-scheduler/app/options/options.go), so the file says both."""
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": "/etc/kubernetes/scheduler.conf"},
+            "leaderElection": {"leaderElect": True},
+            "profiles": [{"schedulerName": "default-scheduler"}, *(p.config() for p in profiles)]}
+
+
+def _scheduler_patch(has_args: bool) -> dict:
+    """kubeadm's ClusterConfiguration (v1beta4, what kind v0.33 writes for 1.36 and later): the scheduler
+    reads SCHEDULER_CONFIG from the directory mounted into the node. A JSON patch, because a merge patch
+    would replace kind's own extraArgs list (its --feature-gates)."""
+    argument = {"name": "config", "value": f"{SCHEDULER_NODE_DIR}/{SCHEDULER_CONFIG}"}
+    volume = {"name": "dra-harness", "hostPath": SCHEDULER_NODE_DIR, "mountPath": SCHEDULER_NODE_DIR,
+              "readOnly": True, "pathType": "Directory"}
+    operations = [{"op": "add", "path": "/scheduler/extraArgs/-", "value": argument} if has_args
+                  else {"op": "add", "path": "/scheduler/extraArgs", "value": [argument]},
+                  {"op": "add", "path": "/scheduler/extraVolumes", "value": [volume]}]
+    return {"group": "kubeadm.k8s.io", "version": "v1beta4", "kind": "ClusterConfiguration",
+            "patch": yaml.safe_dump(operations, sort_keys=False)}
+
+
 def kind_config(name: str, workers: list[tuple[str, dict[str, str]]], features: featuregates.FeatureSettings,
-                node_image: str = NODE_IMAGE) -> dict:
-    """The kind Cluster config (kind.x-k8s.io/v1alpha4)."""
+                node_image: str = NODE_IMAGE, scheduler_dir: Path | None = None) -> dict:
+    """The kind Cluster config (kind.x-k8s.io/v1alpha4). `scheduler_dir`: a directory with the
+    scheduler's configuration (scheduler_config), mounted into the control-plane node."""
     config: dict = {"kind": "Cluster", "apiVersion": KIND_API_VERSION, "name": name}
     if features.gates:
         config["featureGates"] = {gate: value for gate, value in sorted(features.gates.items())}
@@ -165,7 +196,12 @@ def kind_config(name: str, workers: list[tuple[str, dict[str, str]]], features: 
         # What that image needs (cgroup v1 allowed, no CoreDNS) and cannot do (no kindnetd image).
         config["networking"] = {"disableDefaultCNI": True}
         config["kubeadmConfigPatches"] = nodeimage.kind_config_patches()
-    nodes: list[dict] = [{"role": "control-plane", "image": node_image}]
+    control_plane: dict = {"role": "control-plane", "image": node_image}
+    if scheduler_dir is not None:
+        control_plane["extraMounts"] = [{"hostPath": str(scheduler_dir), "containerPath": SCHEDULER_NODE_DIR,
+                                         "readOnly": True}]
+        config["kubeadmConfigPatchesJSON6902"] = [_scheduler_patch(bool(features.gates))]
+    nodes: list[dict] = [control_plane]
     for _pool, labels in workers:
         nodes.append({"role": "worker", "image": node_image, "labels": dict(labels)})
     config["nodes"] = nodes
@@ -529,7 +565,8 @@ class KindBackend(Backend):
             options = replace(options, kwok_image=in_cluster.UPSTREAM_IMAGE)
         return self._plan(self._validate(options), options, tools)
 
-    def _validate(self, options: KindUpOptions) -> tuple[str, featuregates.FeatureSettings]:
+    def _validate(self, options: KindUpOptions) -> tuple[str, featuregates.FeatureSettings,
+                                                         tuple[schedulerprofiles.SchedulerProfile, ...]]:
         name = validate_name(options.name)
         check_node_image(options.node_image or NODE_IMAGE)
         if options.driver_image:
@@ -547,10 +584,11 @@ class KindBackend(Backend):
             runtime_overrides=",".join(filter(None, [definition.runtime_flag() if definition else "",
                                                      options.runtime_config])),
             known_gates=_known_gates(options.kubernetes_version))
-        return name, features
+        # the suite's second scheduler profile, as the local backend runs it (for its effective gates)
+        return name, features, schedulerprofiles.extra_profiles(features.effective(matrix))
 
-    def _plan(self, checked: tuple[str, featuregates.FeatureSettings], options: KindUpOptions, tools: Tools) -> Plan:
-        name, features = checked
+    def _plan(self, checked: tuple, options: KindUpOptions, tools: Tools) -> Plan:
+        name, features, profiles = checked
         workers = worker_specs(options.definition, options.nodes)
         directory = state_dir(name)
         nodes = node_names(name, len(workers))
@@ -560,8 +598,9 @@ class KindBackend(Backend):
         steps = plan_steps(name, directory, tools, nodes, deployment.image, build_image=build, deploy=options.deploy,
                            driver_base=options.driver_base, simulated_nodes=options.simulated_nodes or 0,
                            kwok_image=options.kwok_image)
-        return Plan(name, directory, kind_config(name, workers, features, options.node_image or NODE_IMAGE), nodes, deployment,
-                    build, steps)
+        config = kind_config(name, workers, features, options.node_image or NODE_IMAGE,
+                             scheduler_dir=directory / SCHEDULER_DIR if profiles else None)
+        return Plan(name, directory, config, nodes, deployment, build, steps, profiles)
 
     def up(self, options: KindUpOptions) -> ClusterInfo:
         options = _with_defaults(options)
@@ -668,6 +707,11 @@ class KindBackend(Backend):
         plan.directory.mkdir(parents=True, exist_ok=True)
         self._save(plan, options, phase="starting")
         (plan.directory / "kind-config.yaml").write_text(config_yaml(plan.config))
+        if plan.scheduler_profiles:
+            (plan.directory / SCHEDULER_DIR).mkdir(exist_ok=True)
+            (plan.directory / SCHEDULER_DIR / SCHEDULER_CONFIG).write_text(
+                "# Generated by dra-harness (harness/backends/kind.py): kube-scheduler's --config.\n"
+                + manifests.dump_yaml(scheduler_config(plan.scheduler_profiles)))
         if plan.build_image:
             deploy = manifests.deploy_dir()
             context = plan.directory / "image"
@@ -717,6 +761,7 @@ class KindBackend(Backend):
         data = {"name": plan.name, "backend": self.name, "phase": phase, "nodeImage": options.node_image,
                 "driverBase": options.driver_base, "kwokImage": options.kwok_image,
                 "simulatedNodes": options.simulated_nodes,
+                "schedulerProfiles": [p.to_dict() for p in plan.scheduler_profiles],
                 "driverImage": plan.deployment.image, "overlay": plan.deployment.overlay if options.deploy else None,
                 "nodes": list(plan.node_names),
                 "definition": options.definition.source if options.definition else None}
@@ -777,11 +822,13 @@ class KindBackend(Backend):
         return sorted(p.name for p in root.iterdir() if (p / STATE_FILE).is_file()) if root.is_dir() else []
 
     def info(self, name: str) -> ClusterInfo:
-        self._load(name)
+        data = self._load(name)
         kubeconfig = state_dir(name) / "kubeconfig"
         _, server = kubeconfig_endpoint(kubeconfig)
         return ClusterInfo(name=name, backend=self.name, kubeconfig=kubeconfig, server=server,
-                           directory=state_dir(name))
+                           directory=state_dir(name),
+                           scheduler_profiles=tuple(schedulerprofiles.SchedulerProfile.from_dict(p)
+                                                    for p in data.get("schedulerProfiles") or []))
 
     def _kind_clusters(self, tools: Tools) -> set[str]:
         out = run_quiet([tools.kind, "get", "clusters"], timeout=60, env=tools.env)

@@ -27,6 +27,7 @@ from harness.backends import commands, kind, manifests
 from harness.backends.commands import CommandFailed, Runner, Step, command
 from harness.backends.kwok import in_cluster
 from harness.config import cluster, featuregates
+from harness.core import schedulerprofiles
 from harness.core.errors import ClusterNotFound, ConfigError, HarnessError
 from harness.core.progress import Reporter
 from harness.k8s import nodes
@@ -51,12 +52,35 @@ def _plan(name="ci", tools=TOOLS, **options) -> kind.Plan:
 # --- the kind config ------------------------------------------------------------------------------
 
 
-def test_kind_config_for_mixed_matches_the_golden_file():
+def test_kind_config_for_mixed_matches_the_golden_file(monkeypatch):
+    monkeypatch.setenv("DRA_HARNESS_STATE_DIR", "/state")  # the scheduler's mount names the state directory
     text = kind.config_yaml(_plan(name="dra-harness").config)
     if os.environ.get("DRA_HARNESS_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert GOLDEN.is_file(), f"missing {GOLDEN}; run with DRA_HARNESS_UPDATE_GOLDEN=1"
     assert text == GOLDEN.read_text(), "kind config changed; regenerate with DRA_HARNESS_UPDATE_GOLDEN=1 and review"
+
+
+def test_the_scheduler_runs_the_suites_second_profile_from_a_mounted_file(state_dir):
+    plan = _plan()
+    assert [p.name for p in plan.scheduler_profiles] == [schedulerprofiles.SHORT_DRA_TIMEOUTS]
+    control_plane = plan.config["nodes"][0]
+    assert control_plane["extraMounts"] == [{"hostPath": str(state_dir / "kind" / "ci" / "scheduler"),
+                                             "containerPath": kind.SCHEDULER_NODE_DIR, "readOnly": True}]
+    assert all("extraMounts" not in n for n in plan.config["nodes"][1:])
+    (patch,) = plan.config["kubeadmConfigPatchesJSON6902"]
+    assert (patch["group"], patch["version"], patch["kind"]) == ("kubeadm.k8s.io", "v1beta4", "ClusterConfiguration")
+    operations = yaml.safe_load(patch["patch"])
+    # appended to kind's own extraArgs (its --feature-gates), never replacing them
+    assert operations[0] == {"op": "add", "path": "/scheduler/extraArgs/-", "value": {
+        "name": "config", "value": f"{kind.SCHEDULER_NODE_DIR}/{kind.SCHEDULER_CONFIG}"}}
+    assert operations[1]["value"][0]["hostPath"] == operations[1]["value"][0]["mountPath"] == kind.SCHEDULER_NODE_DIR
+    config = kind.scheduler_config(plan.scheduler_profiles)
+    assert config["clientConnection"]["kubeconfig"] == "/etc/kubernetes/scheduler.conf"  # --kubeconfig is ignored
+    assert [p["schedulerName"] for p in config["profiles"]] == ["default-scheduler", schedulerprofiles.SHORT_DRA_TIMEOUTS]
+    # without gates of its own, kind writes no extraArgs list to append to: the patch makes one
+    assert yaml.safe_load(kind._scheduler_patch(False)["patch"])[0] == {
+        "op": "add", "path": "/scheduler/extraArgs", "value": [operations[0]["value"]]}
 
 
 def test_kind_config_semantics():
@@ -478,6 +502,9 @@ def test_up_and_down_run_the_plan_against_the_tools(fake_tools, monkeypatch, sta
         [f"{n} {image}" for n in plan.node_names] + [f"t-control-plane {in_cluster.UPSTREAM_IMAGE}"])
     directory = state_dir / "kind" / "t"
     assert not {"driver-image.tar", "kwok-image.tar"} & {p.name for p in directory.iterdir()}  # removed once loaded
+    assert yaml.safe_load((directory / "scheduler" / "kube-scheduler.yaml").read_text()) == \
+        kind.scheduler_config(plan.scheduler_profiles)
+    assert info.scheduler_profile(schedulerprofiles.SHORT_DRA_TIMEOUTS) == plan.scheduler_profiles[0]  # for the suite
     kwok_objects = list(yaml.safe_load_all((directory / "kwok.yaml").read_text()))
     assert {o["metadata"]["labels"][manifests.DEPLOYED_BY_LABEL] for o in kwok_objects} == {"t"}
     assert yaml.safe_load((directory / "kind-config.yaml").read_text()) == plan.config
