@@ -187,7 +187,8 @@ def test_failed_device_evicts_its_pod_and_the_replacement_lands_on_a_healthy_one
                                                                                simulated_nodes):
     ns = dra_namespace
     nodes = simulated_nodes[:2]
-    driver = fake_driver({node: "tiny" for node in nodes})  # 4 GPUs on 2 nodes
+    # 4 GPUs: on 2 nodes (tiny's 2 each), or on the one node a cluster may have (gpu-4)
+    driver = fake_driver({node: "tiny" if len(nodes) == 2 else "gpu-4" for node in nodes})
     k8s.resource.create_namespaced_resource_claim_template(
         ns, objects.claim_template("any-gpu", f"{driver.config.instance}-gpu"))
     for pod in ("worker", "bystander"):

@@ -51,7 +51,8 @@ class PluginUnderTest:
     pool: under_test.DevicePool | None
     cdi_dir: Path | None
     crash_and_restart: Callable[[], None]
-    reboot_node: Callable[[], None]  # the node power-cycled, the plugin killed with it and started after
+    # the node power-cycled, the plugin killed with it and started after; None: the harness cannot reboot it
+    reboot_node: Callable[[], None] | None
     log: Path | None = None
 
     def describe(self) -> str:
@@ -78,11 +79,18 @@ def plugin_under_test(request, k8s: Clients, dra_cluster) -> PluginUnderTest:
         return PluginUnderTest(pool.driver, pool.node, pool, real_node.cdi_dir,
                                lambda: real_node.restart(pool.driver, kill=True), real_node.reboot,
                                real_node.log(pool.driver))
-    request.getfixturevalue("vendor_plugins")  # before a device is taken: skip at once without spec.kubeletPlugin
+    vendor = vendor_driver(request.config)
+    daemon_set = vendor.plugin_daemon_set if vendor.kubelet_plugin is None else None
+    if daemon_set is None:
+        request.getfixturevalue("vendor_plugins")  # before a device is taken: skip at once without spec.kubeletPlugin
     pool = request.getfixturevalue("devices_under_test")(1)
     if not pool.kubelet:
         pytest.skip(f"the free devices of {pool.driver} are on {pool.node}, a node no real kubelet runs: no plugin "
                     "of it prepares claims there")
+    if daemon_set is not None:  # the vendor's DaemonSet runs the plugin: crashed by deleting its pod on the node
+        namespace, name = daemon_set
+        return PluginUnderTest(pool.driver, pool.node, pool, under_test.known_cdi_dir(dra_cluster, pool.node),
+                               lambda: under_test.crash_daemon_set_pod(k8s, namespace, name, pool.node), None)
     plugin = _vendor_plugin_on(request, (pool.driver,), pool.node)
     return PluginUnderTest(pool.driver, pool.node, pool, under_test.known_cdi_dir(dra_cluster, pool.node),
                            lambda: plugin.restart(kill=True), plugin.reboot_node, plugin.log)
@@ -158,6 +166,9 @@ def test_pod_comes_back_with_its_devices_after_a_node_reboot(k8s: Clients, dra_n
     container. A plugin that answers from its checkpoint without writing the claim's CDI spec again leaves
     the pod in CreateContainerError (kubernetes/kubernetes#141433)."""
     ns, plugin = dra_namespace, plugin_under_test
+    if plugin.reboot_node is None:
+        pytest.skip(f"the harness cannot reboot node {plugin.node}: it reboots the real nodes it runs (the local "
+                    "backend's), and the plugins it starts there (spec.kubeletPlugin)")
     pool, claim, result, where = _running_with_a_claim(k8s, ns, plugin, "rebooted")
     before = k8s.core.read_namespaced_pod("rebooted", ns).status.container_statuses[0]
     specs_before = under_test.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid) if plugin.cdi_dir else []

@@ -40,7 +40,7 @@ from conformance import checks, class_selectors, objects
 from fake_devices import faults
 from harness.config.capabilities import consumable, fractional, quantity
 from harness.core.locking import file_lock
-from harness.k8s import errors, wait
+from harness.k8s import api, errors, wait
 from harness.k8s import nodes as node_facts
 from harness.k8s.client import Clients
 
@@ -731,6 +731,32 @@ def fractional_pool(k8s: Clients, drivers, classes, kubelet_nodes, count: int | 
     return shareable_pool(k8s, drivers, classes, kubelet_nodes, count, make, has=fractional,
                           needs="publish a capacity whose requestPolicy.validRange has a fractional min, max or step",
                           **options)
+
+
+def crash_daemon_set_pod(k8s: Clients, namespace: str, name: str, node: str, timeout: float = 120.0) -> None:
+    """The vendor's plugin on `node`, run by DaemonSet namespace/name (spec.pluginDaemonSet), crashed: its
+    pod there deleted at once (grace period 0: no clean shutdown, only what it checkpointed survives), then
+    waited for until the DaemonSet's new pod on the node is ready."""
+    daemon_set = api.AppsV1Api(k8s.api_client).read_namespaced_daemon_set(name, namespace)
+    selector = ",".join(f"{k}={v}" for k, v in sorted((daemon_set.spec.selector.match_labels or {}).items()))
+
+    def pods() -> list:
+        return k8s.core.list_namespaced_pod(namespace, label_selector=selector,
+                                            field_selector=f"spec.nodeName={node}").items
+
+    before = pods()
+    assert before, f"DaemonSet {namespace}/{name} (spec.pluginDaemonSet) runs no pod on node {node}"
+    for pod in before:
+        wait.ignore_not_found(k8s.core.delete_namespaced_pod, pod.metadata.name, namespace, grace_period_seconds=0)
+    gone = {pod.metadata.uid for pod in before}
+
+    def replaced() -> bool:
+        return any(p.metadata.uid not in gone and p.metadata.deletion_timestamp is None
+                   and p.status.container_statuses and all(c.ready for c in p.status.container_statuses)
+                   for p in pods())
+
+    wait.until(f"a new pod of DaemonSet {namespace}/{name} on node {node} to be ready after its pod was deleted",
+               replaced, timeout, interval=0.5, diagnostics=lambda: wait.describe_namespace(k8s, namespace))
 
 
 def known_cdi_dir(dra_cluster, node: str) -> Path | None:

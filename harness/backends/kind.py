@@ -327,6 +327,8 @@ def vendor_driver(slices: list[dict], classes: dict[str, str | None], node_image
     vendor: dict = {"drivers": sorted(drivers), "deviceClasses": device_classes, "extendedResources": extended,
                     # it is the fake driver: its own powers' tests belong to the run (on the simulated nodes)
                     "runFakeDriverTests": True,
+                    # its plugins are the DaemonSet's pods: a plugin crash is one of them deleted
+                    "pluginDaemonSet": f"{manifests.NAMESPACE}/{manifests.PLUGIN}",
                     "features": list(vendor_features([s for s in slices
                                                       if (s.get("spec") or {}).get("driver") in drivers]))}
     if profiled_nodes and all(pools.get(node) == drivers for node in profiled_nodes):

@@ -16,6 +16,8 @@
         args: [--node-name={nodeName}, --kubeconfig={kubeconfig}, --cdi-root={cdiDir},
                --registrar-dir={registrationDir}, --plugins-dir={pluginsDir}]
         env: {ACME_LOG_LEVEL: "4"}
+      pluginDaemonSet: acme-system/acme-kubelet-plugin   # or: your plugin's DaemonSet, whose pod on a node
+                                             # the harness deletes to crash the plugin there (namespace/name)
       manifests: [acme-gpu-class.yaml]       # DeviceClasses the run creates before the tests and deletes after
       healthMonitor:                         # your node health monitor, judged by conformance/test_health_monitor.py
         ruleSelector: acme.example/health-monitor=node-agent   # label selector of the DeviceTaintRules it owns
@@ -49,7 +51,7 @@ from fake_devices.errors import InvalidInput, Problem
 from fake_devices.schema import DNS_SUBDOMAIN, Reader, read_header
 from harness.binaries import host_platform
 from harness.core import paths
-from harness.k8s import errors
+from harness.k8s import api, errors
 
 KIND = "VendorDriver"
 API_VERSION = "dra-harness.x-k8s.io/v1alpha1"
@@ -176,6 +178,7 @@ class VendorDriver:
     manifests: tuple[Manifest, ...] = ()
     health_monitor: HealthMonitor | None = None  # the tests of test_health_monitor.py reach it through commands
     run_fake_driver_tests: bool = False  # also the tests marked fake_devices (the kind backend's own driver)
+    plugin_daemon_set: tuple[str, str] | None = None  # (namespace, name): the plugin runs as this DaemonSet
 
     @property
     def default_image(self) -> bool:
@@ -228,13 +231,14 @@ def load(path: str) -> VendorDriver:
     manifests = _manifests(spec, Path(path).parent)
     monitor = _health_monitor(spec, Path(path).parent) if "healthMonitor" in spec.data else None
     fake_driver_tests = spec.bool("runFakeDriverTests", default=False)
+    daemon_set = _plugin_daemon_set(spec)
     spec.done()
     top.done()
     if problems:
         raise InvalidInput(problems)
     return VendorDriver(name or "", tuple(drivers), classes, extended, frozenset(features),
                         test_image or DEFAULT_TEST_IMAGE, node_selector, plugin_log, path, plugin, manifests, monitor,
-                        fake_driver_tests)
+                        fake_driver_tests, daemon_set)
 
 
 def _executable_problem(command: str, base: Path) -> tuple[str, str] | None:
@@ -299,6 +303,27 @@ def _health_monitor(spec: Reader, base: Path) -> HealthMonitor | None:
     if len(spec.problems) > before or selector is None:
         return None
     return HealthMonitor(selector, commands["inject"], commands["recover"])
+
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _plugin_daemon_set(spec: Reader) -> tuple[str, str] | None:
+    """spec.pluginDaemonSet: `namespace/name` of the DaemonSet that runs the plugin (not with kubeletPlugin)."""
+    text = spec.str("pluginDaemonSet", default="") or ""
+    if not text:
+        return None
+    namespace, _, name = text.partition("/")
+    if not (DNS_LABEL.match(namespace) and DNS_SUBDOMAIN.match(name)):
+        spec.fail("spec.pluginDaemonSet", f"{text!r} is not namespace/name of a DaemonSet",
+                  "<namespace>/<name>, e.g. acme-system/acme-kubelet-plugin")
+        return None
+    if "kubeletPlugin" in spec.data:
+        spec.fail("spec.pluginDaemonSet", "is set together with spec.kubeletPlugin",
+                  "one of spec.kubeletPlugin (the harness starts the plugin) or spec.pluginDaemonSet (your "
+                  "DaemonSet runs it)")
+        return None
+    return namespace, name
 
 
 def _kubelet_plugin(spec: Reader, base: Path) -> KubeletPlugin | None:
@@ -453,6 +478,17 @@ def check_against_cluster(vendor: VendorDriver, k8s, *, manifests_installed: boo
             node = nodes.get(item.spec.node_name or "")
             if node is not None and (node.metadata.annotations or {}).get(KWOK_ANNOTATION) != "fake":
                 kubelet_nodes.add(item.spec.node_name)
+    if vendor.plugin_daemon_set is not None:
+        namespace, name = vendor.plugin_daemon_set
+        try:
+            found = errors.ignore_missing(api.AppsV1Api(k8s.api_client).read_namespaced_daemon_set, name, namespace)
+        except errors.ApiError as err:
+            found, why = None, f"cannot be read: {err.status} {err.reason}"
+        else:
+            why = "does not exist in the cluster"
+        if found is None:
+            problems.append(Problem(source, "spec.pluginDaemonSet", f"DaemonSet {namespace}/{name} {why}",
+                                    "the DaemonSet that runs your kubelet plugin"))
     field = "spec.testImage" + (" (default)" if vendor.default_image else "")
     for node in sorted(kubelet_nodes):
         names = _image_names(nodes[node])

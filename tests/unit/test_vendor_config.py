@@ -46,6 +46,22 @@ def test_the_fake_drivers_own_tests_run_only_when_the_file_asks(tmp_path):
                                "(allowed: true, false)"]
 
 
+def test_a_plugin_run_by_a_daemon_set_is_named_by_namespace_and_name(tmp_path):
+    loaded = vendor.load(_file(tmp_path, "  drivers: [gpu.acme.example]\n  pluginDaemonSet: acme-system/acme-plugin\n"))
+    assert loaded.plugin_daemon_set == ("acme-system", "acme-plugin")
+    path = _file(tmp_path, "  drivers: [gpu.acme.example]\n  pluginDaemonSet: acme-plugin\n")
+    assert _problems(path) == [f"{path}: spec.pluginDaemonSet: 'acme-plugin' is not namespace/name of a DaemonSet "
+                               "(allowed: <namespace>/<name>, e.g. acme-system/acme-kubelet-plugin)"]
+    plugin = tmp_path / "plugin"
+    plugin.write_text("#!/bin/sh\n")
+    plugin.chmod(0o755)
+    path = _file(tmp_path, f"  drivers: [gpu.acme.example]\n  pluginDaemonSet: acme-system/acme-plugin\n"
+                           f"  kubeletPlugin: {{command: {plugin}}}\n")
+    assert [p for p in _problems(path) if "pluginDaemonSet" in p] == [
+        f"{path}: spec.pluginDaemonSet: is set together with spec.kubeletPlugin (allowed: one of spec.kubeletPlugin "
+        "(the harness starts the plugin) or spec.pluginDaemonSet (your DaemonSet runs it))"]
+
+
 def test_every_problem_is_located(tmp_path):
     path = _file(tmp_path, "  drivers: [gpu.acme.example]\n  deviceClasses: {gpu: Acme_GPU}\n"
                            "  extendedResources: {nic: acme.example/nic, gpu: 'kubernetes.io/gpu'}\n"
