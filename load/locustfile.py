@@ -183,7 +183,14 @@ def _setup(environment, **_) -> None:
 def _requeue_context(options) -> requeue_kinds.Context:
     return requeue_kinds.Context(STATE.core, STATE.resource, STATE.namespace, options.run_label,
                                  options.driver_instance, options.driver_domain, options.node_taint,
-                                 tuple(ops.tolerations(options.node_taint)))
+                                 tuple(ops.tolerations(options.node_taint)), api.SchedulingV1beta1Api(STATE.api))
+
+
+def _requeue_kinds(options) -> tuple:
+    """The kinds this cluster can fire, looked up once per process (every process must take them in one order)."""
+    if not STATE.requeue_kinds:
+        STATE.requeue_kinds, STATE.requeue_left_out = requeue_kinds.served(_requeue_context(options))
+    return STATE.requeue_kinds
 
 
 def _arrange_requeue(options, nodes: list[str]) -> None:
@@ -197,7 +204,7 @@ def _arrange_requeue(options, nodes: list[str]) -> None:
         requeue_kinds.TEMPLATE, ctx.device_class))
     resource.create_namespaced_resource_claim_template(STATE.namespace, ops.claim_template(
         requeue_kinds.NEVER_TEMPLATE, f"{ctx.instance}-rq-never"))
-    plan = requeue_kinds.assignment(options.events, nodes)
+    plan = requeue_kinds.assignment(options.events, nodes, _requeue_kinds(options))
     running = [body for i, kind, node in plan for body in kind.arrange(ctx, i, node)]
     ops.create_pods(STATE.core, STATE.namespace, running)
     names = {body["metadata"]["name"] for body in running}
@@ -300,6 +307,9 @@ def _teardown(environment, **_) -> None:
                                   "max_lag_seconds": round(STATE.max_lag, 3)}
     if options.scenario == "requeue-correctness":
         result["requeueCorrectness"] = requeue_kinds.rows(STATE.requeue, options.event_timeout)
+        if STATE.requeue_left_out:
+            result["requeueCorrectnessLeftOut"] = [{"kind": kind, "reason": why}
+                                                   for kind, why in STATE.requeue_left_out.items()]
     if options.scenario in scenarios.BURST_SCENARIOS:
         result["throughput"] = _throughput(STATE.core, STATE.namespace, options.pending - options.pending // 2)
     # locust's own aggregate (on a master it includes every worker's requests; percentiles are locust's
@@ -611,7 +621,8 @@ class RequeueUser(DRAUser):
     def _unblock(self) -> None:
         options = self.environment.parsed_options
         i = next(STATE.targets)
-        kind = requeue_kinds.KINDS[i % len(requeue_kinds.KINDS)]
+        kinds = _requeue_kinds(options)
+        kind = kinds[i % len(kinds)]
         node = f"{options.node_prefix}{i}"
         self.kind, self.target = kind.name, requeue_kinds.target(i)
         self.last_target = f"{kind.name} for pod {self.target} on node {node}"

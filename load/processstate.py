@@ -32,6 +32,8 @@ class ProcessState:
     # requeue-correctness: per event [kind, seconds from the event to its pod's binding (None: not within the
     # bound), pod]
     requeue: list[list] = field(default_factory=list)
+    requeue_kinds: tuple = ()  # the kinds this cluster can fire (requeue_kinds.served), in the order events take them
+    requeue_left_out: dict[str, str] = field(default_factory=dict)  # kind -> why the cluster cannot fire it
     # steady-state's open loop
     arrival_start: float | None = None
     late_arrivals: int = 0

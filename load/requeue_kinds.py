@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.k8s import errors
 from load.cluster_ops import PAUSE_IMAGE, claim_template
 from load.scenarios import LOAD_LABEL
 
@@ -37,6 +38,7 @@ class Context:
     domain: str
     node_taint: str = ""  # a guest run's own node taint, tolerated by its pods
     tolerations: tuple = ()
+    scheduling: Any = None  # scheduling.k8s.io/v1beta1 (PodGroups), for group-claim-released
 
     @property
     def driver(self) -> str:
@@ -129,6 +131,7 @@ class Kind:
     arrange: Callable[[Context, int, str], list[dict]]
     fire: Callable[[Context, int, str], str]
     waiting: Callable[[Context, int, str], dict] = lambda ctx, i, node: pod(ctx, target(i), node)
+    needs_pod_groups: bool = False  # scheduling.k8s.io/v1beta1 PodGroups, served only with their gates on
 
 
 def _one_device_held(ctx: Context, i: int, node: str) -> list[dict]:
@@ -153,6 +156,31 @@ def _standalone_claim_held(ctx: Context, i: int, node: str) -> list[dict]:
 def _delete_claim_user(ctx: Context, i: int, node: str) -> str:
     ctx.core.delete_namespaced_pod(filler(i), ctx.namespace, grace_period_seconds=0)
     return f"delete pod {filler(i)}, the only user of claim rq-hold-{i}: the controller deallocates the claim"
+
+
+def _group(i: int) -> str:
+    return f"rq-group-{i}"
+
+
+def _group_claim_held(ctx: Context, i: int, node: str) -> list[dict]:
+    """A PodGroup whose one member runs with the group's shared claim (generated from the template for the
+    group, reserved for the group, not for the pod) on the node's one device."""
+    ctx.resource.create_resource_slice(resource_slice(ctx, node, [device(node)]))
+    ctx.scheduling.create_namespaced_pod_group(ctx.namespace, {
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": _group(i), "labels": ctx.labels()},
+        "spec": {"schedulingPolicy": {"basic": {}},
+                 "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": TEMPLATE}]}})
+    member = pod(ctx, filler(i), node)  # its entry equals the group's: it uses the group's claim
+    member["spec"]["schedulingGroup"] = {"podGroupName": _group(i)}
+    return [member]
+
+
+def _release_group(ctx: Context, i: int, node: str) -> str:
+    ctx.core.delete_namespaced_pod(filler(i), ctx.namespace, grace_period_seconds=0)
+    ctx.scheduling.delete_namespaced_pod_group(_group(i), ctx.namespace)
+    return (f"delete pod {filler(i)} and its PodGroup {_group(i)}: the group's shared claim goes with the group "
+            "(its owner), and the device with it")
 
 
 def _nothing(ctx: Context, i: int, node: str) -> list[dict]:
@@ -289,8 +317,24 @@ KINDS: tuple[Kind, ...] = (
          "event labels the node", _pool_for_labelled_nodes, _label_node),
     Kind("toleration-added", "the node has a NoSchedule taint the pod does not tolerate (its device is free); the "
          "event updates the pod with a toleration", _tainted_node, _tolerate),
+    Kind("group-claim-released", "the device is allocated to a PodGroup's shared claim (made from a template for "
+         "the group) and its member runs; the event deletes the member and the group, and the claim goes with "
+         "the group", _group_claim_held, _release_group, needs_pod_groups=True),
 )
 BY_NAME = {k.name: k for k in KINDS}
+NO_POD_GROUPS = ("the cluster does not serve scheduling.k8s.io/v1beta1 PodGroups (feature gates GenericWorkload and "
+                 "DRAWorkloadResourceClaims, off by default in 1.37; on in the all-dra preset)")
+
+
+def served(ctx: Context) -> tuple[tuple[Kind, ...], dict[str, str]]:
+    """The kinds this cluster can fire, and why each of the others cannot (kind -> reason)."""
+    left_out: dict[str, str] = {}
+    if any(k.needs_pod_groups for k in KINDS):
+        try:
+            ctx.scheduling.list_namespaced_pod_group(ctx.namespace, limit=1)
+        except errors.NotFound:
+            left_out.update({k.name: NO_POD_GROUPS for k in KINDS if k.needs_pod_groups})
+    return tuple(k for k in KINDS if k.name not in left_out), left_out
 
 
 def assignment(events: int, nodes: list[str], kinds: tuple[Kind, ...] = KINDS) -> list[tuple[int, Kind, str]]:

@@ -44,9 +44,10 @@ SCENARIOS = {s.name: s for s in (
              "scheduled, P/2 measured), reported in pods/s", False, True),
     Scenario("extended-throughput", "throughput with pods asking for the extended resource example.com/gpu: 1, "
              "served by a DeviceClass's extendedResourceName instead of a claim template", False, True),
-    Scenario("requeue-correctness", "P pods wait, each on its own node for one kind of unblocking event (11 kinds "
+    Scenario("requeue-correctness", "P pods wait, each on its own node for one kind of unblocking event (12 kinds "
              "in turn: a pod deleted, a claim deallocated, a slice added or updated, a device taint or rule removed "
-             "or changed, a class created or widened, a node labelled, a toleration added), the rest blocked for "
+             "or changed, a class created or widened, a node labelled, a toleration added, a PodGroup's shared "
+             "claim released), the rest blocked for "
              "good; each event must free its pod within the bound", False, True),
     Scenario("steady-state", "P pods placed first (the utilization); then --events pods arrive at a constant "
              "--rate, each deleted once bound; latency from creation to binding. With --in-flight K, a closed "

@@ -265,6 +265,7 @@ def result_lines(summary: dict) -> list[str]:
             lines.append(f"steady state: {steady['arrivals']} arrivals at {steady['rate']:g}/s, "
                          f"{steady['late_arrivals']} late (max lag {steady['max_lag_seconds']}s)")
         lines += requeue_lines(summary.get("requeueCorrectness"))
+        lines += [f"  {row['kind']}: not fired: {row['reason']}" for row in summary.get("requeueCorrectnessLeftOut") or []]
         if summary.get("failures"):  # each failed or unmeasured event, and why
             lines += [f"  - {reason}" for reason in summary.get("failure_reasons")
                       or ["(no reason recorded; see locust.log)"]]

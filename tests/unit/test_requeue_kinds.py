@@ -4,9 +4,12 @@ them is measured by `load run --scenario requeue-correctness` (tests/integration
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fake_devices.errors import InvalidInput
+from harness.k8s import errors
 from load import requeue_kinds, scenarios
 from load.requeue_kinds import KINDS, Context
 
@@ -75,3 +78,38 @@ def test_the_console_names_each_kind_and_the_pods_a_kind_missed():
     lines = load_runner.requeue_lines(rows)
     assert lines == ["  pod-deleted: 1 of 1 requeued within 60s, none missed; p50 200.0 ms, p99 200.0 ms",
                      "  rule-changed: 0 of 1 requeued within 60s, MISSED 1 (rq-6); p50 None ms, p99 None ms"]
+
+
+class _Scheduling:
+    def __init__(self, served: bool):
+        self.served, self.calls = served, 0
+
+    def list_namespaced_pod_group(self, namespace, limit):
+        self.calls += 1
+        if not self.served:
+            raise errors.NotFound(status=404, reason="Not Found")
+        return []
+
+
+def test_a_cluster_without_pod_groups_fires_every_other_kind_and_says_why_not_that_one():
+    everything, none_left = requeue_kinds.served(dataclasses.replace(CTX, scheduling=_Scheduling(True)))
+    assert everything == KINDS and none_left == {}
+    kinds, left_out = requeue_kinds.served(dataclasses.replace(CTX, scheduling=_Scheduling(False)))
+    assert [k.name for k in kinds] == [k.name for k in KINDS if k.name != "group-claim-released"]
+    assert left_out == {"group-claim-released": requeue_kinds.NO_POD_GROUPS}
+    assert "DRAWorkloadResourceClaims" in left_out["group-claim-released"]
+    plan = requeue_kinds.assignment(len(kinds), [f"dev-{i}" for i in range(len(kinds))], kinds)
+    assert "group-claim-released" not in {kind.name for _, kind, _ in plan}
+
+
+def test_the_group_kind_holds_the_device_with_the_groups_claim_not_the_pods():
+    created = {}
+    ctx = dataclasses.replace(CTX, resource=type("R", (), {"create_resource_slice": lambda self, body: None})(),
+                              scheduling=type("S", (), {"create_namespaced_pod_group": lambda self, ns, body:
+                                                        created.setdefault("group", body)})())
+    [member] = requeue_kinds.BY_NAME["group-claim-released"].arrange(ctx, 4, "dev-4")
+    group = created["group"]
+    assert member["spec"]["schedulingGroup"] == {"podGroupName": group["metadata"]["name"]}
+    # the member's entry equals the group's: it uses the group's shared claim, reserved for the group
+    assert member["spec"]["resourceClaims"] == group["spec"]["resourceClaims"]
+    assert member["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "dev-4"}
