@@ -136,16 +136,7 @@ class ExistingBackend(Backend):
                 "wait-rollout": lambda: manifests.wait_rollout(clients, ROLLOUT_TIMEOUT),
                 "wait-slices": lambda: self._wait_published(clients, deployment),
             })
-
-            def keep() -> None:
-                data["phase"] = "failed"
-                self._save(directory, data)
-
-            with kept_or_removed_on_failure(
-                    self.reporter, options.keep_on_failure, keep_it=keep,
-                    keep_note=f"keeping what was deployed for inspection; remove it with "
-                              f"`dra-harness cluster down --backend existing --name {name}`",
-                    remove_it=lambda: self._undeploy(name, data, kubectl, clients)):
+            with self._removed_on_failure(name, data, options, kubectl, clients):
                 runner.run_all(deploy_steps(directory, kubectl, kubeconfig))
         finally:
             clients.close()
@@ -176,16 +167,7 @@ class ExistingBackend(Backend):
                 "simulated-nodes": lambda: in_cluster.add_nodes(clients, specs, self.reporter, kubeconfig,
                                                                 NODE_TIMEOUT),
             })
-
-            def keep() -> None:
-                data["phase"] = "failed"
-                self._save(directory, data)
-
-            with kept_or_removed_on_failure(
-                    self.reporter, options.keep_on_failure, keep_it=keep,
-                    keep_note=f"keeping what was deployed for inspection; remove it with "
-                              f"`dra-harness cluster down --backend existing --name {name}`",
-                    remove_it=lambda: self._undeploy(name, data, kubectl, clients)):
+            with self._removed_on_failure(name, data, options, kubectl, clients):
                 runner.run_all([
                     command(f"deploying KWOK's controller ({image})", kubectl, f"--kubeconfig={kubeconfig}", "apply",
                             f"--filename={directory / KWOK_MANIFESTS}", timeout=300),
@@ -196,6 +178,18 @@ class ExistingBackend(Backend):
             clients.close()
         data["phase"] = "running"
         self._save(directory, data)
+
+    def _removed_on_failure(self, name: str, data: dict, options: ClusterSpec, kubectl: str, clients):
+        """What `up` deploys is removed again if a step fails (kept, marked failed, with --keep-on-failure)."""
+        def keep() -> None:
+            data["phase"] = "failed"
+            self._save(state_dir(name), data)
+
+        return kept_or_removed_on_failure(
+            self.reporter, options.keep_on_failure, keep_it=keep,
+            keep_note=f"keeping what was deployed for inspection; remove it with "
+                      f"`dra-harness cluster down --backend existing --name {name}`",
+            remove_it=lambda: self._undeploy(name, data, kubectl, clients))
 
     def _refuse_foreign_kwok(self, clients, name: str) -> None:
         """KWOK's controller of another `cluster up` (or not of dra-harness) on this cluster: two would
