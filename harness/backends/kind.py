@@ -101,6 +101,7 @@ STATE_FILE = "state.yaml"
 KWOK_ARCHIVE = "kwok-image.tar"
 KWOK_MANIFESTS = "kwok.yaml"
 SIMULATED_NODE_PREFIX = "kwok-node"
+SIMULATED_NODES = 3  # the default (--simulated-nodes): the suite's tests that need simulated nodes use one or two
 VENDOR_FILE = "vendor-driver.yaml"  # the deployed fake driver, described as a vendor's (the suite's kubelet checks)
 CREATE_WAIT = "300s"
 NODE_TIMEOUT = 300.0
@@ -441,9 +442,6 @@ def engine_user_in_use(user: str) -> bool:
     """Whether a user of the harness's dockerd still needs it although the process that registered it
     is gone: a cluster with state (`cluster down` releases it). A killed `up` that got no further is not."""
     return state_dir(user).exists()
-
-
-SIMULATED_NODES = 3  # the default: the suite's tests that need a simulated node use one or two
 
 
 def _with_defaults(spec: ClusterSpec) -> ClusterSpec:
