@@ -113,6 +113,12 @@ class ExistingBackend(Backend):
             raise HarnessError(f"cluster name {name!r} is already in use for {self._load(name).get('kubeconfig')}",
                                hint=f"pick another --name, or run `dra-harness cluster down --backend existing "
                                     f"--name {name}` first")
+        if options.simulated_nodes:  # refused before anything is deployed
+            clients = self._clients(kubeconfig)
+            try:
+                self._refuse_foreign_kwok(clients)
+            finally:
+                clients.close()
         data = {"name": name, "backend": self.name, "kubeconfig": str(kubeconfig), "server": server,
                 "deployed": False, "phase": "running"}
         if not options.deploy:
@@ -155,7 +161,6 @@ class ExistingBackend(Backend):
         kubectl = self._kubectl()
         clients = self._clients(kubeconfig)
         try:
-            self._refuse_foreign_kwok(clients, name)
             data.update({"kwok": True, "simulatedNodes": count, "phase": "deploying KWOK"})
             self._save(directory, data)  # from here on `down` removes what KWOK's part made
             image = options.kwok_image or in_cluster.UPSTREAM_IMAGE
@@ -191,7 +196,7 @@ class ExistingBackend(Backend):
                       f"`dra-harness cluster down --backend existing --name {name}`",
             remove_it=lambda: self._undeploy(name, data, kubectl, clients))
 
-    def _refuse_foreign_kwok(self, clients, name: str) -> None:
+    def _refuse_foreign_kwok(self, clients) -> None:
         """KWOK's controller of another `cluster up` (or not of dra-harness) on this cluster: two would
         fight over the same nodes."""
         role = errors.ignore_missing(clients.rbac.read_cluster_role, f"dra-harness:{in_cluster.NAME}")
@@ -199,7 +204,9 @@ class ExistingBackend(Backend):
             owner = (role.metadata.labels or {}).get(manifests.DEPLOYED_BY_LABEL)
             raise HarnessError("KWOK's controller is already deployed on this cluster "
                                + (f"(by `cluster up --name {owner}`)" if owner else "(not by dra-harness)"),
-                               hint="use --simulated-nodes 0 with this name, or take the other one down first")
+                               hint=(f"`dra-harness cluster down --backend existing --name {owner}` first, "
+                                     if owner else f"remove ClusterRole dra-harness:{in_cluster.NAME} and its "
+                                     f"namespace {in_cluster.NAMESPACE} first, ") + "or leave out --simulated-nodes")
 
     def _wait_published(self, clients, deployment: manifests.Deployment) -> None:
         pools = manifests.wait_published(clients, manifests.served_profiles(deployment.overlay), PUBLISH_TIMEOUT)
