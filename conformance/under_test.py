@@ -737,12 +737,12 @@ def crash_daemon_set_pod(k8s: Clients, namespace: str, name: str, node: str, tim
     """The vendor's plugin on `node`, run by DaemonSet namespace/name (spec.pluginDaemonSet), crashed: its
     pod there deleted at once (grace period 0: no clean shutdown, only what it checkpointed survives), then
     waited for until the DaemonSet's new pod on the node is ready."""
-    daemon_set = api.AppsV1Api(k8s.api_client).read_namespaced_daemon_set(name, namespace)
-    selector = ",".join(f"{k}={v}" for k, v in sorted((daemon_set.spec.selector.match_labels or {}).items()))
+    owner = api.AppsV1Api(k8s.api_client).read_namespaced_daemon_set(name, namespace).metadata.uid
 
     def pods() -> list:
-        return k8s.core.list_namespaced_pod(namespace, label_selector=selector,
-                                            field_selector=f"spec.nodeName={node}").items
+        """The DaemonSet's own pods on the node (by owner, not by label: nothing else of the namespace)."""
+        return [p for p in k8s.core.list_namespaced_pod(namespace, field_selector=f"spec.nodeName={node}").items
+                if any(ref.uid == owner for ref in p.metadata.owner_references or [])]
 
     before = pods()
     assert before, f"DaemonSet {namespace}/{name} (spec.pluginDaemonSet) runs no pod on node {node}"
