@@ -123,6 +123,7 @@ def test_down_deletes_only_what_this_cluster_made_nodes_first():
     assert f"--selector={LABELS_SELECTOR},{nodes.MANAGED_LABEL}=true" in steps[0]
     assert all(f"--selector={LABELS_SELECTOR}" in s for s in steps)
     assert "--field-selector=metadata.name=dra-harness:kwok-controller" in steps[2]  # not the driver's roles
+    assert f"--field-selector=metadata.name={in_cluster.NAMESPACE}" in steps[1]  # not the driver's namespace
 
 
 @pytest.mark.parametrize("count, image, located", [

@@ -168,7 +168,10 @@ def delete_steps(kubectl: str, kubeconfig: Path, deployed_by: str) -> list:
     return [
         command("deleting the simulated nodes", *base, "nodes", f"{selector},{nodes.MANAGED_LABEL}=true",
                 "--timeout=120s", timeout=180),
-        command("deleting KWOK's controller", *base, "namespaces", selector, "--timeout=180s", timeout=240),
+        # its namespace by name too: the fake driver's, made by the same `up`, carries the same label and is
+        # taken down afterwards in its own order (controller stopped first, then its slices)
+        command("deleting KWOK's controller", *base, "namespaces", f"--field-selector=metadata.name={NAMESPACE}",
+                selector, "--timeout=180s", timeout=240),
         command("deleting KWOK's ClusterRole and its binding", *base,
                 "clusterrolebindings.rbac.authorization.k8s.io,clusterroles.rbac.authorization.k8s.io",
                 f"--field-selector=metadata.name=dra-harness:{NAME}", selector, "--timeout=60s", timeout=120),
