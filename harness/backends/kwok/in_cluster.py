@@ -13,7 +13,6 @@ at the same path and with the same entry point as KWOK's, so the Deployment work
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from dataclasses import replace
@@ -24,7 +23,7 @@ import yaml
 from harness.backends.commands import command
 from harness.backends.kwok import nodes, stages
 from harness.backends.manifests import DEPLOYED_BY_LABEL, check_image
-from harness.binaries import DEFAULT_KWOK
+from harness.binaries import DEFAULT_KWOK, manifest
 from harness.core.errors import ConfigError, Problem
 from harness.core.progress import Reporter
 from harness.k8s import api, wait
@@ -52,11 +51,7 @@ ENTRYPOINT ["/usr/local/bin/kwok"]
 
 def local_image(binary: Path) -> str:
     """The offline image's tag: KWOK's version and the binary's digest, so a rebuilt binary is a new image."""
-    digest = hashlib.sha256()
-    with binary.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return f"{LOCAL_REPOSITORY}:v{DEFAULT_KWOK}-{digest.hexdigest()[:12]}"
+    return f"{LOCAL_REPOSITORY}:v{DEFAULT_KWOK}-{manifest.sha256_file(binary)[:12]}"
 
 
 def write_build_context(directory: Path, binary: Path) -> None:
