@@ -6,7 +6,7 @@ in test_health_monitor.py judge a monitor only through these and the API.
   driver's fault ConfigMap (the driver itself runs with the `no-fault-taints` variant, so every
   taint the tests see comes from the monitor's rules, not from the slices).
 - `CommandMonitor`: a vendor's monitor (vendor mode), reached through the commands of the vendor
-  file's `healthMonitor` section (harness/config/vendor.py checks it at load):
+  file's `healthMonitor` section (harness/vendor/file.py checks it at load):
 
       healthMonitor:
         ruleSelector: acme.example/health-monitor=node-agent   # label selector of its DeviceTaintRules
@@ -113,7 +113,7 @@ class CommandMonitor:
     COMMAND_TIMEOUT = 60.0
 
     def __init__(self, section):
-        """`section`: harness.config.vendor.HealthMonitor (rule_selector, inject, recover)."""
+        """`section`: harness.vendor.file.HealthMonitor (rule_selector, inject, recover)."""
         self.rule_selector = section.rule_selector
         self._inject, self._recover = list(section.inject), list(section.recover)
         self.name = self.rule_selector

@@ -16,7 +16,7 @@ from fake_devices.errors import InvalidInput, Problem
 # How fast the harness creates pods during set-up, measured on the 2-core machine (see BENCHMARKS.md):
 # used to refuse runs whose set-up cannot finish within the time bound.
 SETUP_PODS_PER_SECOND = 100
-MAX_NODES = 5000  # as for a cluster definition's node pools (harness/config/cluster.py)
+MAX_NODES = 10000  # as for a cluster definition's node pools (harness/config/cluster.py)
 MAX_USERS = 1000
 MAX_TIME_LIMIT = 86400.0  # a day; locust takes whole seconds
 

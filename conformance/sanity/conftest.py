@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import vendor
 from harness.core.errors import HarnessError, InvalidInput
 from harness.core.progress import Reporter
 from harness.sanity import kubelet, rules
 from harness.sanity.kubelet import Answer, ClaimRef, PluginInfo
 from harness.sanity.target import NODES, Allocation, SanityTarget
+from harness.vendor import file as vendor
 
 NODE, OTHER_NODE = NODES  # the plugin under test on NODE; its second instance on OTHER_NODE
 

@@ -9,6 +9,7 @@ gives the record of a cluster the user names by kubeconfig (used by `run` and th
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from harness.backends.base import Backend, ClusterInfo
@@ -34,6 +35,25 @@ def backend_class(name: str, flag: str = "--backend") -> type[Backend]:
     found = getattr(importlib.import_module(module), attribute)
     assert issubclass(found, Backend), f"{REGISTRY[name]} is not a Backend"
     return found
+
+
+def uses_flag(backend: type[Backend], flag: str) -> bool:
+    """Whether `backend` reads this `cluster up` flag (Backend.spec_flags)."""
+    return flag in backend.spec_flags
+
+
+def unused_flags(chosen: str, given: Mapping[str, object],
+                 uses: Callable[[type[Backend], str], bool] = uses_flag) -> list[Problem]:
+    """A Problem for each flag of `given` (flag -> the value the user gave; None, "" or False when not
+    given) that backend `chosen` does not use, naming the backends that do: refused, not ignored."""
+    backend = backend_class(chosen)
+    return [Problem(flag, str(value), f"not used by --backend {chosen}",
+                    "--backend " + " or ".join(name for name in BACKENDS if uses(backend_class(name), flag)))
+            for flag, value in given.items() if not _unset(value) and not uses(backend, flag)]
+
+
+def _unset(value: object) -> bool:
+    return value is None or value is False or value == ""  # 0 is a value: `--nodes 0` was given
 
 
 def get(name: str, reporter: Reporter | None = None, flag: str = "--backend") -> Backend:

@@ -131,9 +131,15 @@ class Backend(abc.ABC):
     def __init__(self, reporter: Reporter | None = None):
         self.reporter = reporter or Reporter(quiet=True)
 
+    def check(self, spec: ClusterSpec) -> None:
+        """Refuse a request this backend cannot serve (ConfigError naming the flag or field), before
+        anything is built, started or written; `up` begins with it, and a job checks its request with it
+        before it makes anything of its own (a report directory)."""
+
     @abc.abstractmethod
     def up(self, spec: ClusterSpec) -> ClusterInfo:
-        """Start (or attach to) the cluster of `spec`; on failure leave nothing unless keep_on_failure."""
+        """Start (or attach to) the cluster of `spec`, after `check(spec)`; on failure leave nothing unless
+        keep_on_failure."""
 
     @abc.abstractmethod
     def down(self, name: str) -> builtins.list[str]:

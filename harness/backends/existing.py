@@ -97,8 +97,8 @@ class ExistingBackend(Backend):
 
     # --- up ---------------------------------------------------------------------------------
 
-    def up(self, options: ClusterSpec) -> ClusterInfo:
-        name = validate_name(options.name)
+    def check(self, options: ClusterSpec) -> None:
+        validate_name(options.name)
         if options.deploy:
             manifests.check_definition(options.definition)
             if options.driver_image:
@@ -106,6 +106,11 @@ class ExistingBackend(Backend):
         elif options.driver_image:
             raise ConfigError([Problem("--driver-image", options.driver_image, "has no effect with --no-deploy")])
         in_cluster.check_request(options.simulated_nodes or 0, options.kwok_image)
+        resolve_kubeconfig(options.kubeconfig)
+
+    def up(self, options: ClusterSpec) -> ClusterInfo:
+        self.check(options)
+        name = options.name
         kubeconfig = resolve_kubeconfig(options.kubeconfig)
         _, server = kubeconfig_endpoint(kubeconfig)
         directory = state_dir(name)

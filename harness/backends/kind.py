@@ -52,8 +52,8 @@ from harness.backends.kindhost.docker import Engine, Facts
 from harness.backends.kwok import in_cluster
 from harness.binaries import gobuild, kindtool
 from harness.config import capabilities, featuregates
-from harness.config.cluster import ClusterDefinition
-from harness.config.vendor import KNOWN_FEATURES
+from harness.config.cluster import MAX_NODES, ClusterDefinition
+from harness.config.featuregates import SUITE_FEATURES
 from harness.core import paths, schedulerprofiles
 from harness.core.errors import BinariesError, ClusterNotFound, ConfigError, HarnessError, Problem
 from harness.core.files import write_atomic
@@ -345,7 +345,7 @@ def vendor_features(slices: list[dict]) -> tuple[str, ...]:
     except those its slices must show and do not (the profiles deployed decide: kind-small's have shared
     counters but no consumable capacity), so the suite's claim check holds and those tests skip saying why."""
     missing = set(capabilities.not_shown(slices))
-    return tuple(feature for feature in KNOWN_FEATURES if feature not in missing)
+    return tuple(feature for feature in SUITE_FEATURES if feature not in missing)
 
 
 # --- checks -----------------------------------------------------------------------------------
@@ -571,8 +571,8 @@ class KindBackend(Backend):
         check_node_image(options.node_image or NODE_IMAGE)
         if options.driver_image:
             manifests.check_image(options.driver_image)
-        if options.nodes < 0:
-            raise ConfigError([Problem("--nodes", str(options.nodes), "must be 0 or more")])
+        if not 0 <= options.nodes <= MAX_NODES:  # worker containers: the bound of any cluster request
+            raise ConfigError([Problem("--nodes", str(options.nodes), "out of range", f"0 to {MAX_NODES}")])
         in_cluster.check_request(options.simulated_nodes or 0, options.kwok_image)
         definition = options.definition
         manifests.check_definition(definition)
@@ -601,6 +601,9 @@ class KindBackend(Backend):
         config = kind_config(name, workers, features, options.node_image or NODE_IMAGE,
                              scheduler_dir=directory / SCHEDULER_DIR if profiles else None)
         return Plan(name, directory, config, nodes, deployment, build, steps, profiles)
+
+    def check(self, spec: ClusterSpec) -> None:
+        self._validate(_with_defaults(spec))
 
     def up(self, options: KindUpOptions) -> ClusterInfo:
         options = _with_defaults(options)

@@ -430,7 +430,7 @@ def _dispatch(args, reporter: Reporter, out) -> int:
 def _validate_vendor_files(paths: list[str], out) -> int:
     """`conformance validate`: each vendor file's own checks (types, names, features, the plugin's command and
     placeholders, the manifests); all problems of all files at once, nothing contacted or started."""
-    from harness.config import vendor
+    from harness.vendor import file as vendor
 
     problems: list[Problem] = []
     for path in paths:
@@ -475,9 +475,9 @@ def _node_paths(args, out) -> int:
             raise ConfigError([Problem("--node", args.node, f"not a real node of cluster {args.name!r}",
                                        ", ".join(n.name for n in nodes))])
         nodes = chosen
-    from harness.backends.local import vendor_plugin  # lazy: subcommand
+    from harness.vendor import plugins  # lazy: subcommand
 
-    rows = [vendor_plugin.node_paths(cluster, node) for node in nodes]
+    rows = [plugins.node_paths(cluster, node) for node in nodes]
     if args.json:
         print(json.dumps(rows, indent=2), file=out)
         return 0
@@ -531,14 +531,12 @@ MAX_VERBOSITY = 10  # klog's highest level in use
 def _up_spec(args, backend: Backend) -> ClusterSpec:
     """The ClusterSpec of `cluster up`; a flag the chosen backend does not use is an error."""
     parser_defaults = {"nodes": None, "simulated_nodes": None, "real_nodes": 0, "source": "auto", "no_deploy": False, "verbosity": 1}
-    problems = []
+    given = {}
     for flag in sorted({flag for name in backends.BACKENDS for flag in backends.backend_class(name).spec_flags}):
         attr = flag.removeprefix("--").replace("-", "_")
         value = getattr(args, attr)
-        if flag not in backend.spec_flags and value not in (parser_defaults.get(attr), "", None):
-            users = [name for name in backends.BACKENDS if flag in backends.backend_class(name).spec_flags]
-            problems.append(Problem(flag, str(value), f"not used by --backend {args.backend}",
-                                    "--backend " + " or ".join(users)))
+        given[flag] = None if value == parser_defaults.get(attr) else value
+    problems = backends.unused_flags(args.backend, given)
     if not 0 <= args.verbosity <= MAX_VERBOSITY:
         problems.append(Problem("--verbosity", str(args.verbosity), "out of range",
                                 f"a log level from 0 to {MAX_VERBOSITY}"))

@@ -19,6 +19,16 @@ import yaml
 from clusters import FEATURE_GATES_DIR
 from harness.core.errors import ConfigError, Problem
 
+# The feature gates the suite has tests for (conformance/ markers; tests/unit keeps this list complete): what a
+# vendor file may claim in spec.features.
+SUITE_FEATURES = ("DynamicResourceAllocation", "DRAAdminAccess", "DRAConsumableCapacity", "DRADeviceBindingConditions",
+                  "DRADeviceTaintRules", "DRADeviceTaints", "DRAExtendedResource", "DRAFractionalCapacityRange",
+                  "DRAPartitionableDevices", "DRAPrioritizedList", "DRAResourceClaimDeviceStatus", "DRASchedulerFilterTimeout",
+                  "DRAWorkloadResourceClaims", "GenericWorkload", "ResourceHealthStatus",
+                  "DRAOptionalNodeOperations", "ResourceHealthStatusMessage", "DRAResourceClaimGranularStatusAuthorization",
+                  "KubeletPodResourcesDynamicResources", "DRAResourcePoolStatus", "DRAPartitionableDevicesType",
+                  "DRADeviceCompatibilityGroups", "DRANodeAllocatableResources",
+                  "DRAListTypeAttributes", "DRADerivedAttributes")
 _API_VERSION = re.compile(r"^(api/(all|ga|beta|alpha)|[a-z0-9]([a-z0-9.-]*[a-z0-9])?/v\d+((alpha|beta)\d+)?|v1)$")
 
 

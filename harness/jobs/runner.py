@@ -25,18 +25,19 @@ from pathlib import Path
 
 from harness import backends
 from harness.backends.base import Backend, ClusterSpec
-from harness.backends.local import process, vendor_plugin
+from harness.backends.local import process
 from harness.binaries import Versions
 from harness.config import cluster as cluster_config
-from harness.config import featuregates, vendor
-from harness.config.cluster import MAX_NODES, ClusterDefinition
-from harness.config.vendor import VendorDriver
+from harness.config.cluster import ClusterDefinition
 from harness.core.errors import ConfigError, HarnessError, Problem
 from harness.core.progress import Reporter
 from harness.core.records import ClusterInfo, write_cluster
 from harness.jobs import report
 from harness.k8s.client import Clients, check_reachable, read_kubeconfig
 from harness.k8s.discovery import discover
+from harness.vendor import cluster_check, plugins, setup
+from harness.vendor import file as vendor
+from harness.vendor.file import VendorDriver
 
 CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "conformance"
 MAX_WORKERS = 64
@@ -73,6 +74,7 @@ class Plan:
     options: ConformanceOptions
     kubeconfig: str | None = None  # a backend that attaches (existing): the cluster's checked kubeconfig
     definition: ClusterDefinition | None = None  # a backend that starts the cluster: its definition
+    spec: ClusterSpec | None = None  # ... and the request it gets (checked by the backend)
     real_nodes: int = 0
     no_real_node_reason: str = ""
     vendor_file: VendorDriver | None = None  # vendor mode: the checked VendorDriver file
@@ -92,15 +94,11 @@ def plan(options: ConformanceOptions) -> Plan:
              "--feature-gates": options.feature_gates or None, "--name": options.name,
              "--real-nodes": None if options.real_nodes == "auto" else options.real_nodes,
              "--binaries-dir": options.binaries_dir}
-    problems += [Problem(flag, str(value), f"not used by --backend {options.backend}",
-                         "--backend " + " or ".join(_backends_using(flag)))
-                 for flag, value in given.items() if value and not _uses(backend, flag)]
+    problems += backends.unused_flags(options.backend, given, uses=_uses)
     if options.driver_config and not attaches:
         problems.append(Problem("--driver-config", options.driver_config,
                                 f"vendor mode tests your own driver on your own cluster; the {options.backend} "
                                 "backend runs only the dra-harness fake driver", "--backend existing --kubeconfig K"))
-    if "--nodes" in backend.spec_flags and not 0 <= options.nodes <= MAX_NODES:
-        problems.append(Problem("--nodes", str(options.nodes), "out of range", f"0 to {MAX_NODES}"))
     problems += report.dir_problems(options.report_dir)
     if problems:
         raise ConfigError(problems)
@@ -119,25 +117,24 @@ def plan(options: ConformanceOptions) -> Plan:
         result.kubeconfig = str(Path(kubeconfig).expanduser())
         _require_reachable(result.kubeconfig, f"{where} {kubeconfig}")
         if result.vendor_file is not None:  # its classes, extended resources and image, in the cluster
-            _check_vendor_file(result.vendor_file, result.kubeconfig)
+            cluster_check.check(result.vendor_file, result.kubeconfig)
             if result.vendor_file.kubelet_plugin is not None:  # a real node of a local cluster to start it on
-
-                vendor_plugin.real_nodes(result.kubeconfig, result.vendor_file.source)
+                plugins.real_nodes(result.kubeconfig, result.vendor_file.source)
         return result
 
     versions = options.versions or Versions()
     # the checks of `cluster validate`, before anything is built or started
     chosen = options.definition or backend.suite_definition  # kind: its own default definition
     result.definition = cluster_config.validate(chosen, versions.kubernetes) if chosen else None
-    definition = result.definition
-    # The same gate checks the local backend makes, here so a bad gate refuses before the report
-    # directory is made (the backend checks again, and against the binaries, before it starts).
-    featuregates.resolve(featuregates.load_matrix(versions.kubernetes),
-                         preset=options.preset or (definition.preset if definition else None),
-                         gate_overrides=",".join(filter(None, [definition.gates_flag() if definition else "",
-                                                               options.feature_gates])),
-                         runtime_overrides=definition.runtime_flag() if definition else "")
     result.real_nodes, result.no_real_node_reason = backend(None).resolve_real_nodes(options.real_nodes)
+    # the one request `run` makes of the backend, checked by the backend itself before the report
+    # directory is made (its gates again against the binaries, once they are there, in `up`)
+    result.spec = ClusterSpec(name=options.name or f"conformance-{time.strftime('%H%M%S')}-{os.getpid() % 1000}",
+                              nodes=options.nodes, preset=options.preset, feature_gates=options.feature_gates,
+                              definition=result.definition, real_nodes=result.real_nodes, versions=versions,
+                              binaries_dir=options.binaries_dir,
+                              owner=None if options.keep_cluster else process.identity())
+    backend(None).check(result.spec)
     return result
 
 
@@ -149,10 +146,6 @@ def _attaches(backend: type[Backend]) -> bool:
 def _uses(backend: type[Backend], flag: str) -> bool:
     # a cluster definition and a name are for backends that start the cluster
     return not _attaches(backend) if flag in ("--config", "--name") else flag in backend.spec_flags
-
-
-def _backends_using(flag: str) -> list[str]:
-    return [name for name in backends.BACKENDS if _uses(backends.backend_class(name), flag)]
 
 
 def _open_report_dir(report_dir: Path) -> None:
@@ -175,23 +168,26 @@ def run(options: ConformanceOptions, reporter: Reporter, out) -> int:
             backend, cluster_name, info = _cluster(checked, reporter)
             record = write_cluster(info, report_dir / CLUSTER_RECORD)
             facts = _facts(str(info.kubeconfig))
-            suite_args: list[str] = []
-            if checked.vendor_file is not None and (checked.vendor_file.kubelet_plugin or checked.vendor_file.manifests):
-                # spec.manifests and spec.kubeletPlugin: set up here, so they are taken down below however
-                # the suite ends (pytest killed after its grace period included)
-                vendor_setup = vendor_plugin.VendorSetup(checked.vendor_file, Path(info.kubeconfig))
-                suite_args = vendor_setup.start(reporter)
             driver_config = backend.suite_driver_config(cluster_name) if backend and cluster_name else None
+            checked_already = checked.vendor_file is not None  # by plan(), before anything was made
             if driver_config is not None:  # the deployed fake driver, tested the way a vendor's driver is
-                checked.vendor_file = _suite_vendor_file(driver_config, str(info.kubeconfig), reporter)
+                checked.vendor_file = vendor.load(str(driver_config))  # the same checks as a vendor's file
+                reporter.info(f"the deployed fake driver as the suite's driver under test: {driver_config}")
                 options.driver_config = checked.vendor_file.source
                 checked.deployed_driver = True
+            suite_args: list[str] = []
+            if checked.vendor_file is not None:
+                # checked against the cluster, and spec.manifests and spec.kubeletPlugin set up, here: the
+                # suite does neither again, and all is taken down below however it ends (pytest killed after
+                # its grace period included)
+                vendor_setup = setup.set_up(checked.vendor_file, info.kubeconfig, reporter, checked=checked_already)
+                suite_args = vendor_setup.suite_arguments()
             code = _run_pytest(_pytest_command(options, record, suite_args), reporter)
         except KeyboardInterrupt as err:
             interrupted = err
         finally:
             try:
-                if vendor_setup is not None:
+                if vendor_setup is not None and vendor_setup.holds_anything:
                     with reporter.step("stopping the vendor's kubelet plugin, deleting spec.manifests objects"):
                         left = vendor_setup.close()
                     if left:
@@ -225,27 +221,12 @@ def _require_reachable(kubeconfig: str, where: str) -> None:
         clients.close()
 
 
-def _check_vendor_file(vendor_file, kubeconfig: str) -> None:
-    clients = Clients(Path(kubeconfig))
-    try:
-        vendor.check_against_cluster(vendor_file, clients)
-    finally:
-        clients.close()
-
-
 def _facts(kubeconfig: str) -> dict:
     clients = Clients(Path(kubeconfig))
     try:
         return discover(clients).to_dict()
     finally:
         clients.close()
-
-
-def _suite_vendor_file(path: Path, kubeconfig: str, reporter: Reporter):
-    loaded = vendor.load(str(path))  # the same checks as a vendor's file, alone and against the cluster
-    _check_vendor_file(loaded, kubeconfig)
-    reporter.info(f"the deployed fake driver as the suite's driver under test: {path}")
-    return loaded
 
 
 def _pytest_command(options: ConformanceOptions, cluster_record: Path, extra: list[str] | None = None) -> list[str]:
@@ -316,14 +297,11 @@ def _cluster(checked: Plan, reporter: Reporter) -> tuple[Backend | None, str | N
     if checked.kubeconfig is not None:  # given (plan checked it is there and reachable): attach only
         return None, None, backends.attach(checked.kubeconfig)
 
-    name = options.name or f"conformance-{time.strftime('%H%M%S')}-{os.getpid() % 1000}"
+    assert checked.spec is not None  # plan() made the request of every backend that starts a cluster
+    name = checked.spec.name
     if checked.no_real_node_reason and options.real_nodes == "auto":
         reporter.info(f"no real node, the kubelet checks will skip: {checked.no_real_node_reason}")
     backend = backends.get(options.backend, reporter)
-    info = backend.up(ClusterSpec(name=name, nodes=options.nodes, preset=options.preset,
-                                  feature_gates=options.feature_gates, definition=checked.definition,
-                                  real_nodes=checked.real_nodes, versions=options.versions or Versions(),
-                                  binaries_dir=options.binaries_dir,
-                                  owner=None if options.keep_cluster else process.identity()))
+    info = backend.up(checked.spec)
     reporter.info(f"cluster {name!r} is up: {info.server}")
     return backend, name, replace(info, real_nodes_reason=checked.no_real_node_reason)

@@ -17,12 +17,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from harness.config import vendor
 from harness.core.errors import HarnessError
 from harness.core.progress import Reporter
 from harness.core.records import OUTCOMES, TestResult, read_results
 from harness.jobs import report
 from harness.sanity import rules, target
+from harness.vendor import file as vendor
 
 SANITY_DIR = Path(__file__).resolve().parents[2] / "conformance" / "sanity"
 STOP_GRACE = 60.0

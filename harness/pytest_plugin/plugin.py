@@ -23,9 +23,6 @@ from fake_devices.errors import InvalidInput
 from fake_devices.variants import VARIANTS
 from harness import backends
 from harness.backends.base import ComponentWatchHandle
-from harness.backends.local import vendor_plugin
-from harness.config import vendor
-from harness.config.vendor import VendorDriver
 from harness.core import diskspace
 from harness.core.errors import ComponentDied, HarnessError
 from harness.core.records import MATURITY_ORDER, ClusterInfo, TestResult, read_cluster, write_results
@@ -35,6 +32,10 @@ from harness.pytest_plugin import diagnostics
 from harness.pytest_plugin import session as sessions
 from harness.pytest_plugin.allocations import AllocatedDrivers
 from harness.pytest_plugin.diagnostics import FAKE_DRIVERS
+from harness.vendor import file as vendor
+from harness.vendor import setup as vendor_setup
+from harness.vendor.file import VendorDriver
+from harness.vendor.plugins import load_plugins as load_vendor_plugins
 
 RUN_ID_LABEL = "dra-harness.x-k8s.io/run-id"
 _SHARED = pytest.StashKey[str]()
@@ -76,9 +77,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write failure diagnostics (objects, events, component logs) here")
     # What `dra-harness conformance run` set up from the vendor file before it started pytest (plain
     # pytest sets them up itself and leaves these unset)
-    group.addoption(vendor_plugin.SET_UP_OPTION, action="store_true",
-                    help="the vendor file's spec.manifests and spec.kubeletPlugin are set up already")
-    group.addoption(vendor_plugin.PLUGINS_OPTION, default=None, metavar="RECORD_JSON",
+    group.addoption(vendor_setup.SET_UP_OPTION, action="store_true",
+                    help="the vendor file is checked against the cluster, its spec.manifests and spec.kubeletPlugin "
+                         "are set up already")
+    group.addoption(vendor_setup.PLUGINS_OPTION, default=None, metavar="RECORD_JSON",
                     help="the record of the vendor kubelet plugins the run started (restart/stop checks)")
     group.addoption("--dra-sanity-driver-config", default=None, metavar="VENDOR_YAML",
                     help="conformance/sanity: check the kubelet plugin this vendor file's spec.kubeletPlugin starts "
@@ -136,22 +138,13 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             config.stash[_VENDOR] = loaded = vendor.load(vendor_file)
             kubeconfig = _given_cluster_kubeconfig(options)
-            if kubeconfig is not None and workerinput is None:
-                # the cluster is there already: refuse a file it contradicts before any test starts
-                set_up = config.getoption(vendor_plugin.SET_UP_OPTION)  # by `conformance run`
-                clients = Clients(kubeconfig)
-                try:
-                    vendor.check_against_cluster(loaded, clients, manifests_installed=set_up)
-                finally:
-                    clients.close()
-                if not set_up and (loaded.kubelet_plugin or loaded.manifests):
-                    # plain pytest: this process sets up what `conformance run` would, and takes it down
-                    # in pytest_unconfigure; the xdist workers it starts later get its options
-                    setup = vendor_plugin.VendorSetup(loaded, kubeconfig)
-                    config.stash[_VENDOR_SETUP] = setup
-                    setup.start()
-                    config.option.dra_vendor_set_up = True
-                    config.option.dra_vendor_plugins = str(setup.record) if setup.record else None
+            if kubeconfig is not None and workerinput is None and not config.getoption(vendor_setup.SET_UP_OPTION):
+                # plain pytest on a cluster that is there already: this process checks the file against it
+                # (refusing one it contradicts before any test starts) and sets up what `conformance run`
+                # would, and takes it down in pytest_unconfigure; the xdist workers it starts get its options
+                config.stash[_VENDOR_SETUP] = setup = vendor_setup.set_up(loaded, kubeconfig)
+                config.option.dra_vendor_set_up = True
+                config.option.dra_vendor_plugins = str(setup.record) if setup.record else None
         except (InvalidInput, HarnessError) as err:
             raise pytest.UsageError(str(err)) from None
     variant = config.getoption("--dra-fake-variant")
@@ -473,12 +466,12 @@ def real_node(request: pytest.FixtureRequest, dra_cluster: ClusterInfo, k8s: Cli
 @pytest.fixture
 def vendor_plugins(request: pytest.FixtureRequest) -> list:
     """Vendor mode: the vendor's kubelet plugins the harness started from spec.kubeletPlugin, one per
-    real node (harness.backends.local.vendor_plugin.VendorPlugin: `.node`, `.restart(kill=True)`, `.stop()`,
+    real node (harness.vendor.plugins.VendorPlugin: `.node`, `.restart(kill=True)`, `.stop()`,
     `.start()`, `.log`). Skips, naming the field, when the harness did not start the plugin."""
     vendor = vendor_driver(request.config)
     if vendor is None:
         pytest.skip("vendor mode only (--dra-driver-config): the fake driver's plugins are in `real_node`")
-    plugins = vendor_plugin.load_plugins(request.config.getoption(vendor_plugin.PLUGINS_OPTION))
+    plugins = load_vendor_plugins(request.config.getoption(vendor_setup.PLUGINS_OPTION))
     _needs_nodes(request.config)
     if not plugins:
         pytest.skip(f"the vendor file {vendor.source} has no spec.kubeletPlugin: the harness did not start the "

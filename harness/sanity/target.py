@@ -28,8 +28,6 @@ import grpc
 from harness import backends
 from harness.backends.base import Backend, ClusterSpec
 from harness.backends.local import process, state
-from harness.backends.local.vendor_plugin import VendorPlugin
-from harness.config.vendor import VendorDriver
 from harness.core.errors import ConfigError, HarnessError, Problem
 from harness.core.progress import Reporter
 from harness.k8s import errors, wait
@@ -37,6 +35,8 @@ from harness.k8s.client import Clients
 from harness.sanity import kubelet
 from harness.sanity.kubelet import ClaimRef
 from harness.sanity.slicewatch import SliceWatch
+from harness.vendor.file import VendorDriver
+from harness.vendor.plugins import VendorPlugin
 
 NODES = ("kwok-node-0", "kwok-node-1")  # the local backend's names for two simulated nodes
 NAMESPACE = "dra-sanity"
@@ -171,7 +171,7 @@ class SanityTarget:
         return name
 
     def node_values(self, node: str) -> dict[str, str]:
-        """The spec.kubeletPlugin placeholders for `node` (harness.config.vendor.PLUGIN_PLACEHOLDERS)."""
+        """The spec.kubeletPlugin placeholders for `node` (harness.vendor.file.PLUGIN_PLACEHOLDERS)."""
         dirs = self.dirs[node]
         return {"nodeName": node, "registrationDir": str(dirs.registry), "pluginsDir": str(dirs.plugins),
                 "cdiDir": str(dirs.cdi), "kubeconfig": str(self.kubeconfig)}

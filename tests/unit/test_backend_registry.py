@@ -30,6 +30,24 @@ def test_every_registered_backend_is_a_backend_under_its_own_name(name):
     assert set(backend.spec_flags.values()) <= spec_fields  # every flag sets a field of the one spec
 
 
+def test_a_flag_the_chosen_backend_does_not_use_is_refused_naming_the_backends_that_do():
+    problems = backends.unused_flags("existing", {"--nodes": 0, "--real-nodes": None, "--preset": "",
+                                                  "--no-deploy": False, "--kubeconfig": "k"})
+    # 0 is a value the user gave; None, "" and False mean the flag was not given
+    assert [str(p) for p in problems] == ["--nodes: 0: not used by --backend existing (allowed: --backend local or kind)"]
+    assert backends.unused_flags("local", {"--nodes": 5, "--real-nodes": 1}) == []
+
+
+@pytest.mark.parametrize("name", backends.BACKENDS)
+def test_each_backend_checks_a_request_before_anything_exists(name, tmp_path, monkeypatch):
+    """Backend.check refuses a bad request with a located error and makes nothing (no state directory)."""
+    monkeypatch.setenv("DRA_HARNESS_STATE_DIR", str(tmp_path / "state"))
+    with pytest.raises(ConfigError) as refused:
+        backends.get(name).check(ClusterSpec(name="Not A Name", kubeconfig=str(tmp_path / "missing")))
+    assert "--name: Not A Name: not a valid cluster name" in str(refused.value)
+    assert not (tmp_path / "state").exists()
+
+
 def test_backends_declare_whether_they_attach_to_a_given_cluster():
     """Declared, not guessed from their flags: only `existing` works on a cluster the user gives, and it
     needs that cluster's kubeconfig; the others start a cluster, named and defined."""

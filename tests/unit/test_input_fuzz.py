@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from fake_devices import profile
 from fake_devices.errors import InvalidInput
-from harness.config import cluster, vendor
+from harness.config import cluster
+from harness.vendor import file as vendor
 
 DATA = Path(__file__).resolve().parent / "testdata" / "malformed"
 BASES = {"profile": "base-profile.yaml", "cluster": "base-cluster.yaml", "vendor": "base-vendor.yaml"}

@@ -15,8 +15,8 @@ import pytest
 
 from harness.backends import kind, manifests
 from harness.backends.kindhost import driverbase
-from harness.config import vendor
 from harness.core.errors import HarnessError
+from harness.vendor import file as vendor
 
 REPO = Path(__file__).resolve().parents[2]
 

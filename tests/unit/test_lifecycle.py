@@ -41,7 +41,7 @@ def test_nodes_out_of_range_is_refused_before_anything_starts(state_dir, monkeyp
     monkeypatch.setattr(binaries, "ensure", must_not_run)
     with pytest.raises(ConfigError) as refused:
         LocalBackend().up(UpOptions(name="bounded", nodes=count))
-    assert f"--nodes: {count}: must be 0 or more and at most {MAX_NODES}" in str(refused.value)
+    assert f"--nodes: {count}: out of range (allowed: 0 to {MAX_NODES})" in str(refused.value)
     assert not state.cluster_dir("bounded").exists()
 
 

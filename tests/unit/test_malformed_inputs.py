@@ -5,7 +5,7 @@ attack file from there, or a special file made at test time) and what the refusa
 go through `dra-harness profiles validate FILE`, cluster definitions through `dra-harness cluster
 validate FILE` (the checks `cluster up --config` runs before anything is built or started), both by
 calling the CLI's entry function in this process so the time bound measures the refusal itself.
-Vendor files are read through harness.config.vendor.load (their semantics belong to vendor mode; here
+Vendor files are read through harness.vendor.file.load (their semantics belong to vendor mode; here
 only the shared YAML reader is attacked). Every case asserts:
 
 - exit status 2 (a ConfigError) and no traceback;
@@ -41,7 +41,7 @@ import harness.core.nodelayout  # noqa: F401
 from fake_devices import quantity, yamlfile
 from fake_devices.errors import InvalidInput
 from harness.cli import main as cli
-from harness.config import vendor
+from harness.vendor import file as vendor
 
 DATA = Path(__file__).resolve().parent / "testdata" / "malformed"
 # The refusal must cost under 2 s of this process's CPU time (a bomb or a quadratic parse is CPU-bound),
@@ -263,8 +263,8 @@ CLUSTER_CASES = [
     cluster("pool-label-value-too-long", "spec.nodePools[0].labels", {"tier": "v" * 64}, "is not a valid label value",
             LABEL_VALUE_ALLOWED, field="spec.nodePools[0].labels.tier"),
     cluster("pool-labels-list", "spec.nodePools[0].labels", ["tier"], "must be a mapping, not a list", "a mapping"),
-    cluster("pool-count-negative", "spec.nodePools[0].count", -1, "-1 is out of range", "0..5000"),
-    cluster("pool-count-too-large", "spec.nodePools[0].count", 5001, "5001 is out of range", "0..5000"),
+    cluster("pool-count-negative", "spec.nodePools[0].count", -1, "-1 is out of range", "0..10000"),
+    cluster("pool-count-too-large", "spec.nodePools[0].count", 10001, "10001 is out of range", "0..10000"),
     cluster("pool-count-string", "spec.nodePools[0].count", "2", "must be an integer", "an integer"),
     cluster("pool-kubelet-unknown", "spec.nodePools[0].kubelet", "fake", "unknown value 'fake'", "simulated, real"),
     cluster("pool-real-count-too-large", "spec.nodePools[1]", {"name": "real", "count": 5, "kubelet": "real"},
@@ -272,8 +272,8 @@ CLUSTER_CASES = [
     cluster("pool-entry-is-a-string", "spec.nodePools[1]", "cpu", "must be a mapping, not a string",
             "a mapping of field: value"),
     cluster("pools-mapping", "spec.nodePools", {"cpu": 1}, "must be a list, not a mapping", "a list"),
-    cluster("pools-total-too-large", "spec.nodePools", [{"name": f"p{i}", "count": 2000} for i in range(3)],
-            "6000 nodes in all", "at most 5000"),
+    cluster("pools-total-too-large", "spec.nodePools", [{"name": f"p{i}", "count": 4000} for i in range(3)],
+            "12000 nodes in all", "at most 10000"),
     cluster("pool-profile-unknown", "spec.nodePools[0].profile", "no-such-profile", "unknown profile 'no-such-profile'",
             "or a path to a profile file"),
     cluster("preset-unknown", "spec.preset", "everything", "unknown preset", "all-dra"),

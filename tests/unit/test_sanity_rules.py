@@ -103,7 +103,7 @@ def _vendor(tmp_path: Path, plugin: bool = True) -> Path:
 
 
 def test_python_placeholder_names_this_interpreter(tmp_path):
-    from harness.config import vendor
+    from harness.vendor import file as vendor
     loaded = vendor.load(str(_vendor(tmp_path)))
     assert loaded.kubelet_plugin is not None and loaded.kubelet_plugin.command == sys.executable
 
@@ -135,7 +135,7 @@ def test_conformance_validate_lists_every_problem_of_every_file(tmp_path):
 
 
 def test_report_gives_every_rule_an_outcome(tmp_path):
-    from harness.config import vendor
+    from harness.vendor import file as vendor
     loaded = vendor.load(str(_vendor(tmp_path)))
     results = [TestResult("t::a", "passed", properties={"contract_rule": "KP-REG-INFO"}),
                TestResult("t::b", "failed", message="KP-RESTART-CDI (MUST): a | b",

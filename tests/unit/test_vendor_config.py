@@ -1,5 +1,5 @@
 """The VendorDriver file: every problem named with file, field, value and what is allowed, from the
-file alone (load) and against the cluster (check_against_cluster, here over recorded API objects)."""
+file alone (load) and against the cluster (harness.vendor.cluster_check, here over recorded API objects)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from types import SimpleNamespace as NS
 import pytest
 
 from fake_devices.errors import InvalidInput
-from harness.config import vendor
+from harness.config import featuregates
+from harness.vendor import cluster_check
+from harness.vendor import file as vendor
 
 REPO = Path(__file__).resolve().parents[2]
 HEAD = "apiVersion: dra-harness.x-k8s.io/v1alpha1\nkind: VendorDriver\nmetadata: {name: acme}\n"
@@ -68,7 +70,7 @@ def test_every_problem_is_located(tmp_path):
                            "  features: [DRAExtendedResources]\n  nodeSelector: 'a in (b'\n"
                            "  pluginLog: /no/such/plugin.log\n")
     problems = _problems(path)
-    known = ", ".join(vendor.KNOWN_FEATURES)
+    known = ", ".join(featuregates.SUITE_FEATURES)
     assert problems == [
         f"{path}: spec.deviceClasses.gpu: 'Acme_GPU' is not a DeviceClass name (allowed: a DNS subdomain)",
         f"{path}: spec.extendedResources.nic: device type 'nic' has no entry in spec.deviceClasses (allowed: gpu)",
@@ -85,7 +87,7 @@ def test_known_features_are_the_suites():
     marked = set()
     for test_file in (REPO / "conformance").glob("*.py"):
         marked |= set(re.findall(r'dra_feature\("([A-Za-z]+)"', test_file.read_text()))
-    assert marked == set(vendor.KNOWN_FEATURES)
+    assert marked == set(featuregates.SUITE_FEATURES)
 
 
 def test_default_image_is_the_real_nodes_pause_image():
@@ -123,7 +125,7 @@ def test_against_the_cluster(tmp_path):
         slices=[NS(spec=NS(driver="gpu.acme.example", node_name="real-0")),
                 NS(spec=NS(driver="gpu.acme.example", node_name="kwok-0"))])
     with pytest.raises(InvalidInput) as caught:
-        vendor.check_against_cluster(loaded, cluster)
+        cluster_check.check_against_cluster(loaded, cluster)
     assert [str(p) for p in caught.value.problems] == [
         f"{path}: spec.deviceClasses.nic: DeviceClass 'acme-nic' does not exist in the cluster "
         "(allowed: acme-gpu, other)",
@@ -255,19 +257,13 @@ def test_manifests_against_the_cluster(tmp_path):
                           slices=[])
     cluster.resource.create_device_class = dry_run
     with pytest.raises(InvalidInput) as caught:
-        vendor.check_against_cluster(loaded, cluster)
+        cluster_check.check_against_cluster(loaded, cluster)
     problems = [str(p) for p in caught.value.problems]
     assert len(problems) == 2, problems  # acme-gpu counts as existing: the run creates it
     assert problems[0].startswith(f"{path}: spec.manifests[1]: {tmp_path}/bad.yaml: the API server refuses it: "
                                   "spec.selectors[0].cel.expression: Invalid value")
     assert problems[1].startswith(f"{path}: spec.manifests[2]: DeviceClass 'taken' already exists in the cluster")
     assert created == ["acme-gpu", "acme-bad"]
-    # once the run has created them, they are simply classes of the cluster
-    cluster = FakeCluster(classes=[NS(metadata=NS(name="acme-gpu"), spec=NS(extended_resource_name=None))], nodes=[],
-                          slices=[])
-    vendor.check_against_cluster(vendor.load(_file(tmp_path, "  drivers: [gpu.acme.example]\n  deviceClasses: "
-                                                             "{gpu: acme-gpu}\n  manifests: [class.yaml]\n")),
-                                 cluster, manifests_installed=True)
 
 
 def test_the_shipped_partitions_file_loads_and_names_every_host_path(monkeypatch, tmp_path):

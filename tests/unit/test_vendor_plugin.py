@@ -1,4 +1,4 @@
-"""The vendor's kubelet plugin as the harness runs it (harness.backends.local.vendor_plugin) and `cluster node-paths`.
+"""The vendor's kubelet plugin as the harness runs it (harness.vendor.plugins, harness.vendor.setup) and `cluster node-paths`.
 
 A stand-in plugin (a shell script) plays the vendor's: it "registers" by creating its socket file in
 the registration directory and forks a child, so stopping must take the whole process group. The
@@ -18,11 +18,12 @@ import psutil
 import pytest
 import yaml
 
-from harness.backends.local import vendor_plugin
 from harness.cli import main as cli
-from harness.config import vendor
 from harness.core import paths
 from harness.core.errors import ComponentError, ConfigError
+from harness.vendor import file as vendor
+from harness.vendor import plugins as vendor_plugin
+from harness.vendor import setup as vendor_setup
 
 NODE = {"name": "vp-real-0", "id": "abcd1234", "directory": "", "bridge": "drh0", "subnet": "10.0.0.0/24",
         "address": "10.0.0.1", "kubelet_port": 10250, "healthz_port": 10248}
@@ -158,7 +159,7 @@ def test_a_plugin_that_never_registers_times_out_and_is_stopped(tmp_path):
 def test_the_suite_learns_what_the_run_set_up_from_its_arguments(tmp_path):
     """`conformance run` hands the suite its vendor set-up as pytest options (no inherited
     environment variable): the set-up flag, and the plugin record when it started plugins."""
-    setup = vendor_plugin.VendorSetup(vendor=None, kubeconfig=tmp_path / "kubeconfig")  # type: ignore[arg-type]
+    setup = vendor_setup.VendorSetup(vendor=None, kubeconfig=tmp_path / "kubeconfig")  # type: ignore[arg-type]
     assert setup.suite_arguments() == ["--dra-vendor-set-up"]
     setup.record = tmp_path / "vendor-plugins.json"
     assert setup.suite_arguments() == ["--dra-vendor-set-up", f"--dra-vendor-plugins={tmp_path / 'vendor-plugins.json'}"]

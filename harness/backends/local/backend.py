@@ -78,6 +78,16 @@ def orphaned_by(data: dict) -> int | None:
     return owner.pid
 
 
+def _gate_args(options: ClusterSpec) -> dict[str, Any]:
+    """featuregates.resolve's arguments for a request: the definition's gates and runtime config, then the flags'."""
+    definition = options.definition
+    return dict(preset=options.preset or (definition.preset if definition else None),
+                gate_overrides=",".join(filter(None, [definition.gates_flag() if definition else "",
+                                                      options.feature_gates])),
+                runtime_overrides=",".join(filter(None, [definition.runtime_flag() if definition else "",
+                                                         options.runtime_config])))
+
+
 class LocalBackend(Backend):
     name = "local"
     spec_flags = {"--nodes": "nodes", "--real-nodes": "real_nodes", "--preset": "preset",
@@ -99,16 +109,22 @@ class LocalBackend(Backend):
 
     # --- up -----------------------------------------------------------------------------------
 
-    def up(self, options: ClusterSpec) -> ClusterInfo:
-        # Check what can be checked before any slow work (building binaries) or any process starts.
-        name = state.validate_name(options.name)
+    def check(self, options: ClusterSpec) -> None:
+        # What can be checked before any slow work (building binaries) or any process starts; the gates
+        # again against the binaries' own list once they are there (`up`).
+        state.validate_name(options.name)
         if not 0 <= options.nodes <= MAX_NODES:
             # The bound of a cluster definition's node pools. One local control plane takes 1000 nodes
-            # in 24 s and 930 MiB (BENCHMARKS.md); 5000 is minutes and GiBs, more is a typo.
-            raise ConfigError([Problem("--nodes", str(options.nodes), f"must be 0 or more and at most {MAX_NODES}")])
+            # in 24 s and 930 MiB, 10,000 in minutes and 13 GiB (BENCHMARKS.md); more is a typo.
+            raise ConfigError([Problem("--nodes", str(options.nodes), "out of range", f"0 to {MAX_NODES}")])
         if not 0 <= options.real_nodes <= MAX_REAL_NODES:
             raise ConfigError([Problem("--real-nodes", str(options.real_nodes), "out of range",
                                        f"0 to {MAX_REAL_NODES} (each runs a kubelet and containerd on this machine)")])
+        featuregates.resolve(featuregates.load_matrix(options.versions.kubernetes), **_gate_args(options))
+
+    def up(self, options: ClusterSpec) -> ClusterInfo:
+        self.check(options)
+        name = options.name
         real_specs = realnode_specs(options)
         if real_specs:
             problems = preflight.problems(len(real_specs))
@@ -117,13 +133,7 @@ class LocalBackend(Backend):
                                    hint="use --real-nodes 0 (simulated nodes only) or the kind backend")
         matrix = featuregates.load_matrix(options.versions.kubernetes)
         definition = options.definition
-        gate_args: dict[str, Any] = dict(
-            preset=options.preset or (definition.preset if definition else None),
-            gate_overrides=",".join(filter(None, [definition.gates_flag() if definition else "",
-                                                  options.feature_gates])),
-            runtime_overrides=",".join(filter(None, [definition.runtime_flag() if definition else "",
-                                                     options.runtime_config])))
-        featuregates.resolve(matrix, **gate_args)
+        gate_args = _gate_args(options)
         self.remove_orphans()
         self._clear_stale(name)
         diskspace.require_room(paths.clusters_dir(), STATE_ROOM, "state directory",

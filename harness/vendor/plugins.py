@@ -1,11 +1,10 @@
-"""A vendor's kubelet plugin on the local backend's real node(s), as spec.kubeletPlugin describes it,
-and the objects of spec.manifests: set up before the suite, torn down after it.
+"""A vendor's kubelet plugin on the local backend's real node(s), as spec.kubeletPlugin describes it.
 
 The plugin is a host process of the local cluster (`process.start`: its own session, recorded under
 the cluster's `pids/`, its output in `logs/vendor-plugin-<node>.log`), so `cluster down` stops it
 even after a crash of the run. It is stopped as a whole process group: a vendor's command may be a
 wrapper script whose children must go too. Its record (`vendor-plugins.json` in the cluster
-directory, named to the suite by PLUGINS_OPTION) lets a test restart it (`VendorPlugin.restart`).
+directory, named to the suite by setup.PLUGINS_OPTION) lets a test restart it (`VendorPlugin.restart`).
 
 The placeholders of spec.kubeletPlugin are the node's real host paths, `node_paths`; the command
 `dra-harness cluster node-paths` prints the same for vendors who start their plugin themselves.
@@ -17,7 +16,7 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -26,20 +25,12 @@ from harness.backends.local import process, state
 from harness.backends.local.realnode import plugins
 from harness.backends.local.realnode.reboot import reboot as reboot_node
 from harness.backends.local.state import ClusterState
-from harness.config.vendor import Manifest, VendorDriver
 from harness.core.errors import ComponentError, ConfigError, HarnessError, Problem
 from harness.core.nodelayout import RealNodeRecord, records
-from harness.k8s import errors
 from harness.k8s.client import Clients
 
-# The suite's options (harness.pytest_plugin) that hand it what a run set up: an explicit argument
-# of the pytest command, not an inherited environment variable.
-SET_UP_OPTION = "--dra-vendor-set-up"  # spec.manifests and spec.kubeletPlugin are set up already
-PLUGINS_OPTION = "--dra-vendor-plugins"  # the record file of the plugins this run started
-RECORD_FILE = "vendor-plugins.json"
 READY_TIMEOUT = 60.0  # registration socket and first slices; the example driver needs ~1 s
 STOP_GRACE = 10.0  # SIGTERM -> SIGKILL: the kubelet plugin library shuts its gRPC servers down in this time
-MANAGED_LABEL = "dra-harness.x-k8s.io/vendor-manifest"  # on objects the run created from spec.manifests
 
 
 def node_paths(cluster: ClusterState, node: RealNodeRecord) -> dict[str, str]:
@@ -228,96 +219,3 @@ def load_plugins(record: str | Path | None) -> list[VendorPlugin]:
         return [VendorPlugin.from_dict(entry) for entry in json.loads(Path(path).read_text())]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise HarnessError(f"cannot read the vendor plugin record {path}: {err}") from None
-
-
-@dataclass
-class VendorSetup:
-    """What a vendor-mode run sets up from the vendor file and must take down again: the objects of
-    spec.manifests (created first, so a plugin's start finds its classes) and one plugin per real node."""
-
-    vendor: VendorDriver
-    kubeconfig: Path
-    plugins: list[VendorPlugin] = field(default_factory=list)
-    created: list[tuple[Manifest, str]] = field(default_factory=list)  # (manifest, uid of what we created)
-    record: Path | None = None
-
-    def start(self, reporter=None) -> list[str]:
-        """Set everything up; returns the arguments that tell the suite so (`suite_arguments`). On any
-        failure what was already set up is taken down again before the error is raised."""
-        try:
-            clients = Clients(self.kubeconfig)
-            try:
-                for manifest in self.vendor.manifests:
-                    body = json.loads(json.dumps(manifest.body))
-                    labels = body.setdefault("metadata", {}).setdefault("labels", {}) or {}
-                    labels[MANAGED_LABEL] = "true"
-                    body["metadata"]["labels"] = labels
-                    made = clients.resource.create_device_class(body)
-                    self.created.append((manifest, made.metadata.uid))
-            finally:
-                clients.close()
-            plugin = self.vendor.kubelet_plugin
-            if plugin is None:
-                return self.suite_arguments()
-            cluster, nodes = real_nodes(self.kubeconfig, self.vendor.source)
-            for node in nodes:
-                values = node_paths(cluster, node)
-                for driver in self.vendor.drivers:
-                    # "The directory must exist" (kubeletplugin.PluginDataDirectoryPath, k8s.io/dynamic-resource-
-                    # allocation v0.37.2): the deployer makes it, as a DaemonSet's hostPath would
-                    (node.dirs.plugins / driver).mkdir(parents=True, exist_ok=True)
-                started = VendorPlugin(cluster.directory, node.name, plugin.argv(values), plugin.environment(values),
-                                       node.dirs.plugins_registry, self.vendor.drivers, cluster.kubeconfig)
-                self.plugins.append(started)
-                if reporter is not None:
-                    reporter.info(f"starting the vendor's kubelet plugin on real node {node.name} "
-                                  f"(log: {started.log})")
-                started.start(wait_for_slices=True)
-            self.record = cluster.directory / RECORD_FILE
-            self.record.write_text(json.dumps([p.to_dict() for p in self.plugins], indent=2))
-            return self.suite_arguments()
-        except BaseException:
-            self.close()
-            raise
-
-    def suite_arguments(self) -> list[str]:
-        """The pytest arguments of a suite that runs on what this set up."""
-        return [SET_UP_OPTION] + ([f"{PLUGINS_OPTION}={self.record}"] if self.record is not None else [])
-
-    @property
-    def logs(self) -> list[Path]:
-        return [plugin.log for plugin in self.plugins]
-
-    def close(self) -> list[str]:
-        """Stop the plugins, then delete what the run created (only those objects: same name and uid).
-        Returns what could not be cleaned up."""
-        leftovers = []
-        for plugin in self.plugins:
-            leftovers += plugin.stop()
-        stopped, self.plugins = list(self.plugins), []
-        if self.record is not None:
-            self.record.unlink(missing_ok=True)
-        if self.created or stopped:
-            clients = Clients(self.kubeconfig)
-            try:
-                # The slices the stopped plugins published on their nodes: the kubelet would wipe them only
-                # 30 s after the plugin is gone; the run removes them itself.
-                for plugin in stopped:
-                    for driver in plugin.drivers:
-                        try:
-                            clients.resource.delete_collection_resource_slice(
-                                field_selector=f"spec.driver={driver},spec.nodeName={plugin.node}")
-                        except errors.ApiError as err:
-                            leftovers.append(f"ResourceSlices of {driver} on {plugin.node}: {err.status} {err.reason}")
-                for manifest, uid in self.created:
-                    try:
-                        clients.resource.delete_device_class(manifest.name,
-                                                             body={"preconditions": {"uid": uid}})
-                    except (errors.NotFound, errors.Conflict):
-                        pass  # gone already, or no longer ours (the uid precondition)
-                    except errors.ApiError as err:
-                        leftovers.append(f"{manifest.kind} {manifest.name}: {err.status} {err.reason}")
-            finally:
-                clients.close()
-            self.created.clear()
-        return leftovers
