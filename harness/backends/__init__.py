@@ -21,7 +21,7 @@ from harness.core.progress import Reporter
 # name -> "module:class"; a new backend is one line here plus its module.
 REGISTRY: dict[str, str] = {
     "local": "harness.backends.local.backend:LocalBackend",
-    "kind": "harness.backends.kind:KindBackend",
+    "kind": "harness.backends.kind.backend:KindBackend",
     "existing": "harness.backends.existing:ExistingBackend",
 }
 BACKENDS = tuple(REGISTRY)

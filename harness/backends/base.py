@@ -45,7 +45,7 @@ class ClusterSpec:
     owner: dict | None = None
     # kind
     node_image: str | None = None  # default: the backend's pinned node image
-    driver_base: str | None = None  # the offline base for deploy/Dockerfile (kindhost.driverbase); None: its own
+    driver_base: str | None = None  # the offline base for deploy/Dockerfile (kind.host.driverbase); None: its own
     # kind, existing
     # KWOK nodes inside the cluster, beside its own (kwok.in_cluster; 0: KWOK is not deployed). None: the
     # backend's default, 3 on kind (its cluster), 0 on existing (yours: only when you ask)

@@ -15,7 +15,7 @@ from harness.binaries.gotool import CachedGoBinary
 from harness.core.progress import Reporter
 
 MODULE = "sigs.k8s.io/kind"
-VERSION = "0.33.0"  # the first release with Kubernetes 1.37 node images (harness.backends.kind.KIND_MIN_VERSION)
+VERSION = "0.33.0"  # the first release with Kubernetes 1.37 node images (backends.kind.preflight.KIND_MIN_VERSION)
 BINARY = "kind"
 
 

@@ -29,7 +29,7 @@ from harness.core.progress import Reporter
 from load import scenarios
 
 # A subcommand's implementation is imported when that subcommand runs (marked "lazy: subcommand" below):
-# `jobs.runner`, `jobs.load_runner`, `migration.command`, `kindhost`, `local.vendor_plugin` and
+# `jobs.runner`, `jobs.load_runner`, `migration.command`, `kind.host`, `local.vendor_plugin` and
 # `binaries.noderuntime` load the fake driver's gRPC stubs, the local backend's real nodes and more (about
 # 0.25 s of CPU together), which `--help`, `cluster up` and every other command would pay for nothing.
 
@@ -304,8 +304,8 @@ def run(argv: list[str], out=sys.stdout) -> int:
 
 
 def _kind(args, reporter: Reporter, out) -> int:
-    from harness.backends import kind  # lazy: subcommand
-    from harness.backends.kindhost import docker, enginechoice, nodeimage  # lazy: subcommand
+    from harness.backends.kind.backend import engine_user_in_use  # lazy: subcommand
+    from harness.backends.kind.host import docker, enginechoice, nodeimage  # lazy: subcommand
 
     facts = enginechoice.detect()
     decision = enginechoice.decide(facts)
@@ -313,11 +313,11 @@ def _kind(args, reporter: Reporter, out) -> int:
         print("; ".join(decision.problems) if decision.problems else decision.describe(), file=out)
         return 1 if decision.problems else 0
     # The engine is ours only for this command: a dockerd the harness starts is stopped again at the end.
-    engine = docker.acquire("node-image", reporter, facts=facts, in_use=kind.engine_user_in_use)
+    engine = docker.acquire("node-image", reporter, facts=facts, in_use=engine_user_in_use)
     try:
         tag = nodeimage.build(engine, reporter, drops=facts.missing_caps)
     finally:
-        problems = docker.release("node-image", reporter, in_use=kind.engine_user_in_use)
+        problems = docker.release("node-image", reporter, in_use=engine_user_in_use)
         for problem in problems:
             reporter.console.print(f"[yellow]warning:[/yellow] could not restore {escape(problem)}")
     print(tag, file=out)
@@ -335,7 +335,7 @@ def _dispatch(args, reporter: Reporter, out) -> int:
             if args.example_driver:
                 print(exampledriver.ensure(reporter), file=out)
             if args.kind:
-                from harness.backends.kindhost import nodeimage  # lazy: subcommand
+                from harness.backends.kind.host import nodeimage  # lazy: subcommand
                 from harness.binaries import kindtool
 
                 print(kindtool.ensure(reporter), file=out)

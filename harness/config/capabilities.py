@@ -1,7 +1,7 @@
 """What a driver's published ResourceSlices show it can do, for the features a vendor file may claim
 (spec.features) that need something in the slices. One place for both sides: the suite's check that
 a claim is backed by the slices (conformance/test_driver_checks.py) and the kind backend, which writes
-the deployed fake driver's vendor file from what its slices show (harness.backends.kind)."""
+the deployed fake driver's vendor file from what its slices show (harness.backends.kind.vendor_file)."""
 
 from __future__ import annotations
 

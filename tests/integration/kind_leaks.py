@@ -12,8 +12,9 @@ from pathlib import Path
 
 import psutil
 
-from harness.backends import kind
-from harness.backends.kindhost import docker, enginechoice, hostnet
+from harness.backends.kind import backend as kind
+from harness.backends.kind import preflight as kind_preflight
+from harness.backends.kind.host import docker, enginechoice, hostnet
 from harness.backends.local.realnode import host as machine_settings
 from harness.core import paths
 
@@ -22,7 +23,7 @@ def why_not(what: str) -> str | None:
     """Why the kind tests cannot run here (opt-in, no kind, no engine possible), or None."""
     if os.environ.get("DRA_HARNESS_KIND_E2E") != "1":
         return f"opt-in: set DRA_HARNESS_KIND_E2E=1 ({what})"
-    if not (os.environ.get("DRA_HARNESS_KIND") or kind.which_with_cached_kind("kind")):
+    if not (os.environ.get("DRA_HARNESS_KIND") or kind_preflight.which_with_cached_kind("kind")):
         return "kind is neither on PATH nor in the cache (dra-harness binaries install --kind)"
     return "; ".join(enginechoice.decide(enginechoice.detect()).problems) or None
 

@@ -21,7 +21,8 @@ import kind_leaks
 import pytest
 
 from fake_devices import render
-from harness.backends import kind, manifests
+from harness.backends import manifests
+from harness.backends.kind import backend as kind
 from harness.backends.kwok import nodes as kwok_nodes
 from harness.k8s import wait
 from harness.k8s.client import Clients

@@ -21,7 +21,7 @@ from pathlib import Path
 import kind_leaks
 import pytest
 
-from harness.backends import kind
+from harness.backends.kind import backend as kind
 from harness.k8s import wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.kind_e2e]

@@ -19,8 +19,8 @@ import kind_leaks
 import pytest
 import yaml
 
-from harness.backends import kind as kind_backend
-from harness.backends.kindhost import docker, hostnet, nodeimage
+from harness.backends.kind import preflight as kind_preflight
+from harness.backends.kind.host import docker, hostnet, nodeimage
 from harness.backends.local.realnode import host as machine_settings
 from harness.core.progress import Reporter
 from harness.k8s import wait
@@ -34,7 +34,7 @@ WHY_NOT = kind_leaks.why_not("may install docker.io, ~30 min cold")
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 def test_offline_node_image_makes_a_three_node_cluster_and_leaves_the_host_as_it_was(tmp_path):
-    kind = os.environ.get("DRA_HARNESS_KIND") or kind_backend.which_with_cached_kind("kind")
+    kind = os.environ.get("DRA_HARNESS_KIND") or kind_preflight.which_with_cached_kind("kind")
     host_before, bridges_before = hostnet.snapshot(), kind_leaks.docker_bridges()
     owners_before = machine_settings.owners()  # other clusters' real nodes: the kubelet sysctls are theirs now
     built = subprocess.run([sys.executable, "-m", "harness.cli", "kind", "build-node-image"], capture_output=True,

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from harness.backends.kindhost import docker
+from harness.backends.kind.host import docker
 from harness.backends.local import process
 from harness.backends.local.realnode import host, inotify, preflight
 from harness.core import paths

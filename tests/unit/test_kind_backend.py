@@ -23,8 +23,12 @@ import pytest
 import yaml
 from kubernetes.client import V1Node, V1NodeCondition, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
 
-from harness.backends import commands, kind, manifests
+from harness.backends import commands, manifests
 from harness.backends.commands import CommandFailed, Runner, Step, command
+from harness.backends.kind import backend as kind
+from harness.backends.kind import config as kind_config
+from harness.backends.kind import preflight as kind_preflight
+from harness.backends.kind import steps as kind_steps
 from harness.backends.kwok import in_cluster
 from harness.config import cluster, featuregates
 from harness.core import schedulerprofiles
@@ -34,8 +38,8 @@ from harness.k8s import nodes
 
 GOLDEN = Path(__file__).resolve().parent / "testdata" / "golden" / "kind-mixed.yaml"
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = kind.Tools(docker="/usr/bin/docker", kind="/usr/local/bin/kind", kubectl="/opt/k8s/kubectl",
-                   python="/venv/bin/python", platform="linux/amd64")
+TOOLS = kind_preflight.Tools(docker="/usr/bin/docker", kind="/usr/local/bin/kind", kubectl="/opt/k8s/kubectl",
+                             python="/venv/bin/python", platform="linux/amd64")
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +48,7 @@ def state_dir(tmp_path, monkeypatch):
     return tmp_path / "state"
 
 
-def _plan(name="ci", tools=TOOLS, **options) -> kind.Plan:
+def _plan(name="ci", tools=TOOLS, **options) -> kind_steps.Plan:
     options.setdefault("definition", cluster.load("mixed"))
     return kind.KindBackend().plan(kind.KindUpOptions(name=name, **options), tools)
 
@@ -54,7 +58,7 @@ def _plan(name="ci", tools=TOOLS, **options) -> kind.Plan:
 
 def test_kind_config_for_mixed_matches_the_golden_file(monkeypatch):
     monkeypatch.setenv("DRA_HARNESS_STATE_DIR", "/state")  # the scheduler's mount names the state directory
-    text = kind.config_yaml(_plan(name="dra-harness").config)
+    text = kind_config.config_yaml(_plan(name="dra-harness").config)
     if os.environ.get("DRA_HARNESS_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert GOLDEN.is_file(), f"missing {GOLDEN}; run with DRA_HARNESS_UPDATE_GOLDEN=1"
@@ -66,20 +70,21 @@ def test_the_scheduler_runs_the_suites_second_profile_from_a_mounted_file(state_
     assert [p.name for p in plan.scheduler_profiles] == [schedulerprofiles.SHORT_DRA_TIMEOUTS]
     control_plane = plan.config["nodes"][0]
     assert control_plane["extraMounts"] == [{"hostPath": str(state_dir / "kind" / "ci" / "scheduler"),
-                                             "containerPath": kind.SCHEDULER_NODE_DIR, "readOnly": True}]
+                                             "containerPath": kind_config.SCHEDULER_NODE_DIR, "readOnly": True}]
     assert all("extraMounts" not in n for n in plan.config["nodes"][1:])
     (patch,) = plan.config["kubeadmConfigPatchesJSON6902"]
     assert (patch["group"], patch["version"], patch["kind"]) == ("kubeadm.k8s.io", "v1beta4", "ClusterConfiguration")
     operations = yaml.safe_load(patch["patch"])
     # appended to kind's own extraArgs (its --feature-gates), never replacing them
     assert operations[0] == {"op": "add", "path": "/scheduler/extraArgs/-", "value": {
-        "name": "config", "value": f"{kind.SCHEDULER_NODE_DIR}/{kind.SCHEDULER_CONFIG}"}}
-    assert operations[1]["value"][0]["hostPath"] == operations[1]["value"][0]["mountPath"] == kind.SCHEDULER_NODE_DIR
-    config = kind.scheduler_config(plan.scheduler_profiles)
+        "name": "config", "value": f"{kind_config.SCHEDULER_NODE_DIR}/{kind_config.SCHEDULER_CONFIG}"}}
+    assert operations[1]["value"][0]["hostPath"] == operations[1]["value"][0]["mountPath"] == \
+        kind_config.SCHEDULER_NODE_DIR
+    config = kind_config.scheduler_config(plan.scheduler_profiles)
     assert config["clientConnection"]["kubeconfig"] == "/etc/kubernetes/scheduler.conf"  # --kubeconfig is ignored
     assert [p["schedulerName"] for p in config["profiles"]] == ["default-scheduler", schedulerprofiles.SHORT_DRA_TIMEOUTS]
     # without gates of its own, kind writes no extraArgs list to append to: the patch makes one
-    assert yaml.safe_load(kind._scheduler_patch(False)["patch"])[0] == {
+    assert yaml.safe_load(kind_config._scheduler_patch(False)["patch"])[0] == {
         "op": "add", "path": "/scheduler/extraArgs", "value": [operations[0]["value"]]}
 
 
@@ -89,7 +94,7 @@ def test_kind_config_semantics():
     assert config["kind"] == "Cluster" and config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
     roles = [n["role"] for n in config["nodes"]]
     assert roles == ["control-plane"] + ["worker"] * 9  # mixed.yaml: 2 + 1 + 1 + 1 + 2 + 2 nodes
-    image = kind.NODE_IMAGE
+    image = kind_config.NODE_IMAGE
     assert image.startswith("kindest/node:v1.37.") and "@sha256:" in image and len(image.split("@sha256:")[1]) == 64
     assert all(n["image"] == image for n in config["nodes"])
     workers = config["nodes"][1:]
@@ -126,8 +131,8 @@ def test_kind_config_follows_preset_and_overrides():
 
 
 def test_node_names_follow_kinds_naming():
-    assert kind.node_names("x", 3) == ("x-control-plane", "x-worker", "x-worker2", "x-worker3")
-    assert kind.node_names("x", 0) == ("x-control-plane",)
+    assert kind_config.node_names("x", 3) == ("x-control-plane", "x-worker", "x-worker2", "x-worker3")
+    assert kind_config.node_names("x", 0) == ("x-control-plane",)
 
 
 # --- the command sequence -------------------------------------------------------------------------
@@ -264,7 +269,7 @@ def _which(*present):
 
 def test_preflight_names_everything_missing_in_one_message():
     with pytest.raises(HarnessError) as err:
-        kind.preflight(which=_which(), run=_fake_run(GOOD), kubectl_finder=lambda: None)
+        kind_preflight.preflight(which=_which(), run=_fake_run(GOOD), kubectl_finder=lambda: None)
     text = str(err.value)
     assert text.startswith("the kind backend cannot run on this machine:")
     assert "docker: the Docker CLI is not installed" in text
@@ -277,7 +282,7 @@ def test_preflight_reports_an_unreachable_docker_engine():
     outputs = {**GOOD, "docker info": (1, "||\n", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
                                                  "Is the docker daemon running?\n")}
     with pytest.raises(HarnessError) as err:
-        kind.preflight(which=_which("docker", "kind"), run=_fake_run(outputs), kubectl_finder=lambda: "/k")
+        kind_preflight.preflight(which=_which("docker", "kind"), run=_fake_run(outputs), kubectl_finder=lambda: "/k")
     text = str(err.value)
     assert "Docker engine: not reachable" in text and "Cannot connect to the Docker daemon" in text
     assert "kind" not in text.split("hint:")[0].replace("the kind backend", "")  # kind itself is fine
@@ -291,20 +296,22 @@ def test_preflight_reports_an_unreachable_docker_engine():
 def test_preflight_reports_old_versions(docker, kind_out, problem):
     outputs = {"docker info": (0, docker, ""), "kind version": (0, kind_out, "")}
     with pytest.raises(HarnessError) as err:
-        kind.preflight(which=_which("docker", "kind"), run=_fake_run(outputs), kubectl_finder=lambda: "/k")
+        kind_preflight.preflight(which=_which("docker", "kind"), run=_fake_run(outputs), kubectl_finder=lambda: "/k")
     assert problem in str(err.value)
 
 
 def test_preflight_passes_and_reports_the_engines_platform():
     outputs = {**GOOD, "docker info": (0, "29.0.1|linux|aarch64", "")}
-    tools = kind.preflight(which=_which("docker", "kind"), run=_fake_run(outputs), kubectl_finder=lambda: "/k/kubectl")
-    assert tools == kind.Tools("/usr/bin/docker", "/usr/bin/kind", "/k/kubectl", sys.executable, "linux/arm64")
+    tools = kind_preflight.preflight(which=_which("docker", "kind"), run=_fake_run(outputs),
+                                     kubectl_finder=lambda: "/k/kubectl")
+    assert tools == kind_preflight.Tools("/usr/bin/docker", "/usr/bin/kind", "/k/kubectl", sys.executable,
+                                         "linux/arm64")
 
 
 def test_preflight_on_this_machine_gives_one_clear_message_or_tools():
     """Whatever this machine has: either the tools, or one HarnessError (never a traceback)."""
     try:
-        tools = kind.preflight()
+        tools = kind_preflight.preflight()
     except HarnessError as err:
         assert str(err).startswith("the kind backend cannot run on this machine:")
     else:
@@ -451,8 +458,8 @@ def fake_tools(tmp_path, monkeypatch):
         path.write_text(FAKE_TOOL.replace("PYTHON", sys.executable, 1))
         path.chmod(0o755)
     monkeypatch.setenv("FAKE_TOOLS_DIR", str(work))
-    tools = kind.Tools(docker=str(work / "docker"), kind=str(work / "kind"), kubectl=str(work / "kubectl"),
-                       python=str(work / "python"), platform="linux/amd64")
+    tools = kind_preflight.Tools(docker=str(work / "docker"), kind=str(work / "kind"), kubectl=str(work / "kubectl"),
+                                 python=str(work / "python"), platform="linux/amd64")
     return work, tools
 
 
@@ -503,7 +510,7 @@ def test_up_and_down_run_the_plan_against_the_tools(fake_tools, monkeypatch, sta
     directory = state_dir / "kind" / "t"
     assert not {"driver-image.tar", "kwok-image.tar"} & {p.name for p in directory.iterdir()}  # removed once loaded
     assert yaml.safe_load((directory / "scheduler" / "kube-scheduler.yaml").read_text()) == \
-        kind.scheduler_config(plan.scheduler_profiles)
+        kind_config.scheduler_config(plan.scheduler_profiles)
     assert info.scheduler_profile(schedulerprofiles.SHORT_DRA_TIMEOUTS) == plan.scheduler_profiles[0]  # for the suite
     kwok_objects = list(yaml.safe_load_all((directory / "kwok.yaml").read_text()))
     assert {o["metadata"]["labels"][manifests.DEPLOYED_BY_LABEL] for o in kwok_objects} == {"t"}
@@ -592,7 +599,7 @@ def test_the_wheel_the_image_installs_has_both_entry_points_and_the_data(tmp_pat
     assert dockerignore[-1] == "!dist/dra_harness-*.whl" and "*" in dockerignore  # only the wheel goes in
     assert "FROM ${BASE_IMAGE}" in (REPO / "deploy" / "Dockerfile").read_text()
     # what a rebuild prunes is marked by the Dockerfile itself
-    assert f"LABEL {kind.DRIVER_IMAGE_LABEL}\n" in (REPO / "deploy" / "Dockerfile").read_text()
+    assert f"LABEL {kind_steps.DRIVER_IMAGE_LABEL}\n" in (REPO / "deploy" / "Dockerfile").read_text()
 
 
 def test_strings_stay_strings_for_kinds_yaml_parser(tmp_path):
@@ -601,20 +608,20 @@ def test_strings_stay_strings_for_kinds_yaml_parser(tmp_path):
     definition = tmp_path / "c.yaml"
     definition.write_text("apiVersion: dra-harness.x-k8s.io/v1alpha1\nkind: Cluster\nmetadata: {name: c}\n"
                           "spec:\n  nodePools:\n  - {name: a, count: 1, labels: {tier: 'y', rack: '1e5'}}\n")
-    text = kind.config_yaml(_plan(name="1e5", definition=cluster.load(str(definition))).config)
+    text = kind_config.config_yaml(_plan(name="1e5", definition=cluster.load(str(definition))).config)
     assert 'name: "1e5"' in text and 'tier: "y"' in text and 'rack: "1e5"' in text
     assert yaml.safe_load(text)["nodes"][1]["labels"] == {"dra-harness.x-k8s.io/node-pool": "a", "rack": "1e5",
                                                           "tier": "y"}
 
 
-# --- the harness's own engine and the offline node image (harness.backends.kindhost) ------------
+# --- the harness's own engine and the offline node image (harness.backends.kind.host) -----------
 
 
 def test_the_offline_node_image_brings_its_kubeadm_patches_and_no_default_cni():
-    from harness.backends.kindhost import nodeimage
+    from harness.backends.kind.host import nodeimage
 
     tag = f"{nodeimage.IMAGE_REPOSITORY}:v1.37.2-0123456789ab"
-    assert kind.OFFLINE_IMAGE_REPOSITORY == nodeimage.IMAGE_REPOSITORY
+    assert kind_config.OFFLINE_IMAGE_REPOSITORY == nodeimage.IMAGE_REPOSITORY
     config = _plan(node_image=tag).config
     assert config["networking"] == {"disableDefaultCNI": True}
     assert config["kubeadmConfigPatches"] == nodeimage.kind_config_patches()
@@ -630,15 +637,15 @@ def test_an_own_older_engine_loads_images_without_platform_flags(monkeypatch):
         calls.append(env)
         return _fake_run(outputs)(argv, timeout)
 
-    monkeypatch.setattr(kind, "run_quiet", fake_run_quiet)
-    tools = kind.preflight(which=_which("docker", "kind"), kubectl_finder=lambda: "/k",
-                           env={"DOCKER_HOST": "unix:///s/docker.sock"})
+    monkeypatch.setattr(kind_preflight, "run_quiet", fake_run_quiet)
+    tools = kind_preflight.preflight(which=_which("docker", "kind"), kubectl_finder=lambda: "/k",
+                                     env={"DOCKER_HOST": "unix:///s/docker.sock"})
     assert tools.save_platform is False and tools.env == {"DOCKER_HOST": "unix:///s/docker.sock"}
     assert calls and all(env == {"DOCKER_HOST": "unix:///s/docker.sock"} for env in calls)
     steps = [str(s) for s in _plan(tools=tools, definition=None, nodes=1).steps if "docker save" in str(s)]
     assert steps and all("--platform" not in s for s in steps)
     with pytest.raises(HarnessError, match="20.10.24 is too old"):  # the machine's own engine: still >= 28
-        kind.preflight(which=_which("docker", "kind"), run=_fake_run(outputs), kubectl_finder=lambda: "/k")
+        kind_preflight.preflight(which=_which("docker", "kind"), run=_fake_run(outputs), kubectl_finder=lambda: "/k")
 
 
 def test_a_node_that_is_not_ready_is_named_with_its_reason():
@@ -662,7 +669,7 @@ def test_kubelet_logs_name_each_node_and_what_its_journal_says(tmp_path):
     docker = tmp_path / "docker"
     docker.write_text("#!/bin/sh\necho \"$2: E1201 kubelet.go: error creating fsnotify watcher: too many open files\"\n")
     docker.chmod(0o755)
-    tools = kind.Tools(docker=str(docker), env=dict(os.environ))
+    tools = kind_preflight.Tools(docker=str(docker), env=dict(os.environ))
     text = kind._kubelet_logs(["c-worker8", "c-worker9"], tools)
     assert "--- kubelet of c-worker8 (docker exec c-worker8 journalctl -u kubelet) ---" in text
     assert "c-worker9: E1201 kubelet.go: error creating fsnotify watcher: too many open files" in text

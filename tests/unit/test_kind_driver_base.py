@@ -1,5 +1,5 @@
-"""The fake driver image offline (kindhost.driverbase) and the deployed driver as the suite's vendor
-file (kind.vendor_driver): pure parts and the detection, with fake `docker` answers."""
+"""The fake driver image offline (kind.host.driverbase) and the deployed driver as the suite's vendor
+file (kind.vendor_file): pure parts and the detection, with fake `docker` answers."""
 
 from __future__ import annotations
 
@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends import kind, manifests
-from harness.backends.kindhost import driverbase
+from harness.backends import manifests
+from harness.backends.kind import backend as kind
+from harness.backends.kind import preflight as kind_preflight
+from harness.backends.kind import steps as kind_steps
+from harness.backends.kind import vendor_file as kind_vendor
+from harness.backends.kind.host import driverbase
 from harness.core.errors import HarnessError
 from harness.vendor import file as vendor
 
@@ -129,14 +133,14 @@ def test_no_registry_is_detected_with_the_engines_reason():
 
 
 def test_the_build_step_names_the_offline_base_and_reaches_no_network(tmp_path):
-    tools = kind.Tools(docker="/usr/bin/docker", kind="/k", kubectl="/kc", python="/py")
-    steps = kind.plan_steps("c", tmp_path, tools, ("c-control-plane",), "img:1", build_image=True, deploy=False,
-                            driver_base="dra-harness.local/python-base:3.13-trixie-abc")
+    tools = kind_preflight.Tools(docker="/usr/bin/docker", kind="/k", kubectl="/kc", python="/py")
+    steps = kind_steps.plan_steps("c", tmp_path, tools, ("c-control-plane",), "img:1", build_image=True, deploy=False,
+                                  driver_base="dra-harness.local/python-base:3.13-trixie-abc")
     build = next(s for s in steps if "build" in s.argv)
     assert build.argv[:5] == ("env", "DOCKER_BUILDKIT=0", "/usr/bin/docker", "build", "--network=none")
     assert "--build-arg=BASE_IMAGE=dra-harness.local/python-base:3.13-trixie-abc" in build.argv
-    plain = next(s for s in kind.plan_steps("c", tmp_path, tools, ("c-control-plane",), "img:1", build_image=True,
-                                            deploy=False) if "build" in s.argv)
+    plain = next(s for s in kind_steps.plan_steps("c", tmp_path, tools, ("c-control-plane",), "img:1",
+                                                  build_image=True, deploy=False) if "build" in s.argv)
     assert plain.argv[:2] == ("/usr/bin/docker", "build") and not any("BASE_IMAGE" in a for a in plain.argv)
 
 
@@ -157,7 +161,7 @@ def test_the_vendor_file_names_what_the_cluster_publishes(tmp_path):
     slices = [_slice("gpu", "w1", "gpu", "gpu"), _slice("storage", "w1", "nvme"), _slice("nic", "w1", "nic"),
               _slice("gpu", "w2", "gpu", "mig"), _slice("storage", "w2", "nvme"), _slice("nic", "w2", "nic"),
               {"spec": {"driver": "gpu.other.example", "nodeName": "w1", "devices": [{"name": "x"}]}}]
-    data = kind.vendor_driver(slices, CLASSES, {"w1": PAUSE, "w2": PAUSE, "cp": set()}, {"w1", "w2"})
+    data = kind_vendor.vendor_driver(slices, CLASSES, {"w1": PAUSE, "w2": PAUSE, "cp": set()}, {"w1", "w2"})
     spec = data["spec"]
     assert spec["drivers"] == [f"{d}.{manifests.DOMAIN}" for d in ("gpu", "nic", "storage")]
     # only classes that select something here: no pmem or cxl-memory devices were published
@@ -174,7 +178,7 @@ def test_the_vendor_file_claims_a_slice_shown_feature_only_where_the_slices_show
     """kind-small's profiles have partitions (shared counters) but no consumable capacity: claiming
     DRAConsumableCapacity there failed the suite's own claim check on kind."""
     plain = [_slice("gpu", "w1", "gpu")]
-    features = kind.vendor_driver(plain, CLASSES, {"w1": PAUSE}, {"w1"})["spec"]["features"]
+    features = kind_vendor.vendor_driver(plain, CLASSES, {"w1": PAUSE}, {"w1"})["spec"]["features"]
     assert "DynamicResourceAllocation" in features and "DRADeviceTaints" in features
     assert not {"DRAPartitionableDevices", "DRAConsumableCapacity", "DRAFractionalCapacityRange"} & set(features)
 
@@ -185,22 +189,23 @@ def test_the_vendor_file_claims_a_slice_shown_feature_only_where_the_slices_show
     shared = _slice("storage", "w1", "nvme")
     shared["spec"]["devices"][0].update(allowMultipleAllocations=True, capacity={"size": {
         "value": "1Ti", "requestPolicy": {"default": "1Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}})
-    features = kind.vendor_driver([partitioned, shared], CLASSES, {"w1": PAUSE}, {"w1"})["spec"]["features"]
+    features = kind_vendor.vendor_driver([partitioned, shared], CLASSES, {"w1": PAUSE}, {"w1"})["spec"]["features"]
     assert {"DRAPartitionableDevices", "DRAConsumableCapacity"} <= set(features)
     assert "DRAFractionalCapacityRange" not in features  # whole-number range only
     shared["spec"]["devices"][0]["capacity"]["size"]["requestPolicy"]["validRange"]["step"] = "500m"
-    features = kind.vendor_driver([partitioned, shared], CLASSES, {"w1": PAUSE}, {"w1"})["spec"]["features"]
+    features = kind_vendor.vendor_driver([partitioned, shared], CLASSES, {"w1": PAUSE}, {"w1"})["spec"]["features"]
     assert "DRAFractionalCapacityRange" in features
     # another driver's slices show nothing for ours
     other = {"spec": {"driver": "gpu.other.example", "nodeName": "w1", "devices": [
         {"name": "x", "allowMultipleAllocations": True, "capacity": {"c": {"value": "1"}}}]}}
-    assert "DRAConsumableCapacity" not in kind.vendor_driver(plain + [other], CLASSES, {"w1": PAUSE},
-                                                             {"w1"})["spec"]["features"]
+    assert "DRAConsumableCapacity" not in kind_vendor.vendor_driver(plain + [other], CLASSES, {"w1": PAUSE},
+                                                                    {"w1"})["spec"]["features"]
 
 
 def test_no_node_selector_when_a_labelled_node_lacks_a_driver():
     slices = [_slice("gpu", "w1", "gpu"), _slice("nic", "w1", "nic"), _slice("gpu", "w2", "gpu")]
-    spec = kind.vendor_driver(slices, CLASSES, {"w1": PAUSE, "w2": {"registry.k8s.io/pause:3.10"}}, {"w1", "w2"})["spec"]
+    spec = kind_vendor.vendor_driver(slices, CLASSES, {"w1": PAUSE, "w2": {"registry.k8s.io/pause:3.10"}},
+                                     {"w1", "w2"})["spec"]
     assert "nodeSelector" not in spec and spec["testImage"] == "registry.k8s.io/pause:3.10"
 
 

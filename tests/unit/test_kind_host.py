@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.backends.kindhost import capabilities, docker, enginechoice, hostnet, wrapper_file
+from harness.backends.kind.host import capabilities, docker, enginechoice, hostnet, wrapper_file
 from harness.core.errors import HarnessError
 
 FULL = "000001ffffffffff"  # 41 capabilities (cap_last_cap 40), all there

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.backends.kindhost import nodeimage
+from harness.backends.kind.host import nodeimage
 from harness.binaries import manifest
 from harness.core.errors import HarnessError
 

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends import kind
+from harness.backends.kind import backend as kind
+from harness.backends.kind import preflight as kind_preflight
 from harness.binaries import gobuild, gotool, kindtool, manifest
 from harness.core import paths
 from harness.core.errors import BinariesError
 
 
 def test_the_cached_kind_is_the_version_the_backend_requires():
-    assert tuple(int(p) for p in kindtool.VERSION.split(".")) == kind.KIND_MIN_VERSION
+    assert tuple(int(p) for p in kindtool.VERSION.split(".")) == kind_preflight.KIND_MIN_VERSION
 
 
 def _fake_go_install(calls: list):
@@ -47,16 +48,16 @@ def test_ensure_builds_once_then_verifies(tmp_path, monkeypatch):
 def test_kind_on_path_wins_over_the_cached_one(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/local/bin/{name}")
     monkeypatch.setattr(kindtool, "locate", lambda: Path("/cache/kind"))
-    assert kind.which_with_cached_kind("kind") == "/usr/local/bin/kind"
+    assert kind_preflight.which_with_cached_kind("kind") == "/usr/local/bin/kind"
 
 
 def test_the_cached_kind_is_used_when_none_is_on_path(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(kindtool, "locate", lambda: Path("/cache/kind"))
-    assert kind.which_with_cached_kind("kind") == "/cache/kind"
-    assert kind.which_with_cached_kind("docker") is None  # only kind has a cached build
+    assert kind_preflight.which_with_cached_kind("kind") == "/cache/kind"
+    assert kind_preflight.which_with_cached_kind("docker") is None  # only kind has a cached build
     monkeypatch.setattr(kindtool, "locate", lambda: None)
-    assert kind.which_with_cached_kind("kind") is None
+    assert kind_preflight.which_with_cached_kind("kind") is None
 
 
 @pytest.mark.parametrize("on_path, cached, go, builds", [
@@ -71,7 +72,7 @@ def test_the_backend_builds_kind_only_when_it_is_nowhere_and_go_is_there(monkeyp
     monkeypatch.setattr(gobuild, "go_available", lambda: go)
     built: list = []
     monkeypatch.setattr(kindtool, "ensure", lambda reporter=None: built.append(1) or Path("/cache/kind"))
-    assert kind.KindBackend()._kind_provided() is kind.which_with_cached_kind
+    assert kind.KindBackend()._kind_provided() is kind_preflight.which_with_cached_kind
     assert bool(built) == builds
 
 

@@ -26,10 +26,8 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import os
-import re
 import shutil
-import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -38,400 +36,51 @@ from fake_devices.config import PROFILE_LABEL
 from harness import binaries
 from harness.backends import manifests
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
-from harness.backends.commands import Runner, Step, action, command, run_quiet
+from harness.backends.commands import Runner, command, run_quiet
 from harness.backends.common import api_ready as _api_ready
 from harness.backends.common import (
-    find_kubectl,
     kept_or_removed_on_failure,
     known_gates,
     kubeconfig_endpoint,
     validate_name,
 )
-from harness.backends.kindhost import docker, driverbase, enginechoice, nodeimage
-from harness.backends.kindhost.docker import Engine, Facts
+from harness.backends.kind.config import (
+    NODE_IMAGE,
+    SCHEDULER_CONFIG,
+    SCHEDULER_DIR,
+    check_node_image,
+    config_yaml,
+    kind_config,
+    node_names,
+    scheduler_config,
+    worker_specs,
+)
+from harness.backends.kind.host import docker, driverbase, enginechoice, nodeimage
+from harness.backends.kind.host.docker import Engine, Facts
+from harness.backends.kind.preflight import Tools, preflight, which_with_cached_kind
+from harness.backends.kind.steps import KWOK_ARCHIVE, KWOK_MANIFESTS, Plan, down_steps, plan_steps
+from harness.backends.kind.vendor_file import vendor_driver
 from harness.backends.kwok import in_cluster
 from harness.binaries import gobuild, kindtool
-from harness.config import capabilities, featuregates
-from harness.config.cluster import MAX_NODES, ClusterDefinition
-from harness.config.featuregates import SUITE_FEATURES
+from harness.config import featuregates
+from harness.config.cluster import MAX_NODES
 from harness.core import paths, schedulerprofiles
 from harness.core.errors import BinariesError, ClusterNotFound, ConfigError, HarnessError, Problem
 from harness.core.files import write_atomic
 from harness.core.progress import Reporter
 from harness.k8s.client import Clients
 
-KIND_MIN_VERSION = (0, 33, 0)
-DRIVER_IMAGE_LABEL = "dra-harness.x-k8s.io/image=fake-driver"  # deploy/Dockerfile's LABEL
-DOCKER_MIN_VERSION = (28, 0)  # `docker save --platform` needs Docker Engine 28 (API 1.48)
-
-# The node image, pinned by digest. This is the default node image of kind v0.33.0
-# (sigs.k8s.io/kind@v0.33.0 pkg/apis/config/defaults/image.go; the v0.33.0 release notes list the
-# same digest). kind v0.33.0 publishes v1.37.0, so kind clusters run Kubernetes v1.37.0 while the
-# local backend runs v1.37.2. When kind publishes a v1.37.2 image, take its reference *with digest*
-# from kind's release notes, or build one (`kind build node-image --type release v1.37.2`), and pass
-# it with --node-image.
-NODE_IMAGE = "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"
-KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
-OFFLINE_IMAGE_REPOSITORY = "dra-harness.local/kind-node"  # kindhost.nodeimage.IMAGE_REPOSITORY
-
-# CDI in containerd. containerd 2.x enables it by default, but both driver anchors set it explicitly
-# and so do we. Since kind v0.32, a containerdConfigPatch that sets `version = N` is applied only to
-# nodes whose containerd config has that version, so we ship one patch per config format: the
-# version-2 format kind's node images (v0.33.0) still write, and containerd 2's native version 3.
-CONTAINERD_CDI_PATCHES = (
-    '''version = 2
-[plugins."io.containerd.grpc.v1.cri"]
-  enable_cdi = true
-  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
-''',
-    '''version = 3
-[plugins.'io.containerd.cri.v1.runtime']
-  enable_cdi = true
-  cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']
-''',
-)
-POOL_LABEL = "dra-harness.x-k8s.io/node-pool"
-# kube-scheduler's configuration with the suite's second profile (core.schedulerprofiles), written into
-# <state>/scheduler/ and mounted read-only at SCHEDULER_NODE_DIR in the control-plane node
-SCHEDULER_DIR = "scheduler"
-SCHEDULER_NODE_DIR = "/etc/kubernetes/dra-harness"
-SCHEDULER_CONFIG = "kube-scheduler.yaml"
 KIND_CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # kind's label on every node container of a cluster
 STATE_FILE = "state.yaml"
-KWOK_ARCHIVE = "kwok-image.tar"
-KWOK_MANIFESTS = "kwok.yaml"
 SIMULATED_NODE_PREFIX = "kwok-node"
 SIMULATED_NODES = 3  # the default (--simulated-nodes): the suite's tests that need simulated nodes use one or two
 VENDOR_FILE = "vendor-driver.yaml"  # the deployed fake driver, described as a vendor's (the suite's kubelet checks)
-CREATE_WAIT = "300s"
 NODE_TIMEOUT = 300.0
 ROLLOUT_TIMEOUT = 300.0
 PUBLISH_TIMEOUT = 300.0
 
 
 KindUpOptions = ClusterSpec  # the name callers used before every backend shared one spec
-
-
-@dataclass(frozen=True)
-class Tools:
-    docker: str = "docker"
-    kind: str = "kind"
-    kubectl: str = "kubectl"
-    python: str = sys.executable
-    platform: str = "linux/amd64"  # of the Docker engine, so of the kind nodes
-    env: dict | None = None  # the commands' environment: DOCKER_HOST of the harness's own dockerd
-    save_platform: bool = True  # `docker save --platform` (Engine >= 28); older engines have one platform
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything `up` will do, computed before anything runs."""
-
-    name: str
-    directory: Path
-    config: dict
-    node_names: tuple[str, ...]
-    deployment: manifests.Deployment
-    build_image: bool
-    steps: list[Step] = field(default_factory=list)
-    scheduler_profiles: tuple[schedulerprofiles.SchedulerProfile, ...] = ()
-
-
-# --- pure parts -------------------------------------------------------------------------------
-
-
-def worker_specs(definition: ClusterDefinition | None, nodes: int) -> list[tuple[str, dict[str, str]]]:
-    """(pool, labels) of every worker, in order: one per node of each pool of the definition."""
-    if definition is None:
-        return [("default", {POOL_LABEL: "default"}) for _ in range(nodes)]
-    workers = []
-    for pool in definition.pools:
-        labels = {POOL_LABEL: pool.name, **pool.labels}
-        if pool.profile is not None:
-            labels[PROFILE_LABEL] = pool.profile.name
-        workers += [(pool.name, dict(sorted(labels.items()))) for _ in range(pool.count)]
-    return workers
-
-
-def node_names(name: str, workers: int) -> tuple[str, ...]:
-    """The container (and Node) names kind gives: <name>-control-plane, <name>-worker, <name>-worker2, ..."""
-    return (f"{name}-control-plane",) + tuple(f"{name}-worker{'' if i == 0 else i + 1}" for i in range(workers))
-
-
-def scheduler_config(profiles: tuple[schedulerprofiles.SchedulerProfile, ...]) -> dict:
-    """kube-scheduler's configuration on the control-plane node: default-scheduler plus `profiles`. With
-    --config the scheduler ignores kubeadm's deprecated flags (--kubeconfig, --leader-elect:
-    k8s.io/kubernetes@v1.37.2 cmd/kube-scheduler/app/options/options.go), so the file says both."""
-    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": "/etc/kubernetes/scheduler.conf"},
-            "leaderElection": {"leaderElect": True},
-            "profiles": [{"schedulerName": "default-scheduler"}, *(p.config() for p in profiles)]}
-
-
-def _scheduler_patch(has_args: bool) -> dict:
-    """kubeadm's ClusterConfiguration (v1beta4, what kind v0.33 writes for 1.36 and later): the scheduler
-    reads SCHEDULER_CONFIG from the directory mounted into the node. A JSON patch, because a merge patch
-    would replace kind's own extraArgs list (its --feature-gates)."""
-    argument = {"name": "config", "value": f"{SCHEDULER_NODE_DIR}/{SCHEDULER_CONFIG}"}
-    volume = {"name": "dra-harness", "hostPath": SCHEDULER_NODE_DIR, "mountPath": SCHEDULER_NODE_DIR,
-              "readOnly": True, "pathType": "Directory"}
-    operations = [{"op": "add", "path": "/scheduler/extraArgs/-", "value": argument} if has_args
-                  else {"op": "add", "path": "/scheduler/extraArgs", "value": [argument]},
-                  {"op": "add", "path": "/scheduler/extraVolumes", "value": [volume]}]
-    return {"group": "kubeadm.k8s.io", "version": "v1beta4", "kind": "ClusterConfiguration",
-            "patch": yaml.safe_dump(operations, sort_keys=False)}
-
-
-def kind_config(name: str, workers: list[tuple[str, dict[str, str]]], features: featuregates.FeatureSettings,
-                node_image: str = NODE_IMAGE, scheduler_dir: Path | None = None) -> dict:
-    """The kind Cluster config (kind.x-k8s.io/v1alpha4). `scheduler_dir`: a directory with the
-    scheduler's configuration (scheduler_config), mounted into the control-plane node."""
-    config: dict = {"kind": "Cluster", "apiVersion": KIND_API_VERSION, "name": name}
-    if features.gates:
-        config["featureGates"] = {gate: value for gate, value in sorted(features.gates.items())}
-    if features.runtime_config:
-        # kind's runtimeConfig values are strings (it joins them into --runtime-config).
-        config["runtimeConfig"] = {gv: str(on).lower() for gv, on in sorted(features.runtime_config.items())}
-    config["containerdConfigPatches"] = list(CONTAINERD_CDI_PATCHES)
-    if node_image.startswith(OFFLINE_IMAGE_REPOSITORY + ":"):
-        # What that image needs (cgroup v1 allowed, no CoreDNS) and cannot do (no kindnetd image).
-        config["networking"] = {"disableDefaultCNI": True}
-        config["kubeadmConfigPatches"] = nodeimage.kind_config_patches()
-    control_plane: dict = {"role": "control-plane", "image": node_image}
-    if scheduler_dir is not None:
-        control_plane["extraMounts"] = [{"hostPath": str(scheduler_dir), "containerPath": SCHEDULER_NODE_DIR,
-                                         "readOnly": True}]
-        config["kubeadmConfigPatchesJSON6902"] = [_scheduler_patch(bool(features.gates))]
-    nodes: list[dict] = [control_plane]
-    for _pool, labels in workers:
-        nodes.append({"role": "worker", "image": node_image, "labels": dict(labels)})
-    config["nodes"] = nodes
-    return config
-
-
-def config_yaml(config: dict) -> str:
-    return ("# Generated by dra-harness (harness/backends/kind.py); `kind create cluster --config` reads it.\n"
-            + manifests.dump_yaml(config))
-
-
-def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...], image: str, *,
-               build_image: bool, deploy: bool, driver_base: str | None = None, simulated_nodes: int = 0,
-               kwok_image: str | None = None) -> list[Step]:
-    """The exact sequence of `up` (pure): files, image, cluster, image load, manifests, waits; then, with
-    `simulated_nodes`, KWOK's controller (its image in the control-plane node only) and those nodes."""
-    kubeconfig = directory / "kubeconfig"
-    context = directory / "image"
-    kubectl = [tools.kubectl, f"--kubeconfig={kubeconfig}"]
-    steps = [action("write-files", "writing the kind config, the image build context and the kustomization")]
-    if build_image:
-        build = [tools.docker, "build", f"--tag={image}"]
-        if driver_base:
-            # The offline base holds every dependency, so the build reaches no network; the classic
-            # builder, because BuildKit would fetch the Dockerfile's `# syntax=` frontend image.
-            build = ["env", "DOCKER_BUILDKIT=0", tools.docker, "build", "--network=none",
-                     f"--build-arg=BASE_IMAGE={driver_base}", f"--tag={image}"]
-        steps += [
-            command("building the project wheel", tools.python, "-m", "pip", "wheel", "--no-deps", "--quiet",
-                    f"--wheel-dir={context / 'dist'}", manifests.repo_root(), timeout=600),
-            command(f"building the driver image {image}" + (f" on {driver_base}" if driver_base else ""), *build,
-                    f"--file={context / 'Dockerfile'}", context, timeout=1200),
-            # the image this build untagged (400 MB each: every `up` left one in the engine's data root)
-            command("removing the driver image the build replaced", tools.docker, "image", "prune", "--force",
-                    f"--filter=label={DRIVER_IMAGE_LABEL}", timeout=300),
-        ]
-    steps += [
-        command(f"creating kind cluster {name!r} ({len(nodes)} nodes)", tools.kind, "create", "cluster",
-                f"--name={name}", f"--config={directory / 'kind-config.yaml'}", f"--kubeconfig={kubeconfig}",
-                f"--wait={CREATE_WAIT}", timeout=900),
-        command("checking the node names", tools.kind, "get", "nodes", f"--name={name}",
-                expect_lines=frozenset(nodes), timeout=60),
-    ]
-    platform = [f"--platform={tools.platform}"] if tools.save_platform else []
-    # Saved once, then imported into the nodes side by side (measured, 3 nodes: one save 6 s, the imports
-    # 31 s together; saving and importing one node after the other took 30 s per node).
-    archive = directory / "driver-image.tar"
-    steps.append(command("saving the driver image", tools.docker, "save", *platform, f"--output={archive}", image,
-                         timeout=600))
-    loads = [command(f"loading the driver image into {node}", *_ctr_import(tools, node, platform), stdin_file=archive,
-                     timeout=600) for node in nodes]
-    if simulated_nodes:
-        assert kwok_image, "simulated nodes need KWOK's image"
-        # KWOK's controller runs on the control-plane node (kwok.in_cluster): its image goes there alone
-        steps.append(command("saving the KWOK image", tools.docker, "save", *platform,
-                             f"--output={directory / KWOK_ARCHIVE}", kwok_image, timeout=600))
-        loads.append(command(f"loading the KWOK image into {nodes[0]}", *_ctr_import(tools, nodes[0], platform),
-                             stdin_file=directory / KWOK_ARCHIVE, timeout=600))
-    steps.append(Step(f"loading the images into {len(nodes)} nodes", together=tuple(loads)))
-    steps.append(action("drop-archive", "removing the saved images"))
-    steps.append(action("wait-nodes", f"waiting for {len(nodes)} nodes to be Ready"))
-    if deploy:
-        steps += [
-            command("rendering the manifests (kustomize)", *kubectl, "kustomize", directory / "deploy",
-                    stdout_file=directory / "manifests.yaml", timeout=120),
-            command("applying the manifests", *kubectl, "apply", f"--filename={directory / 'manifests.yaml'}",
-                    timeout=300),
-            action("wait-rollout", "waiting for the fake driver's controller and kubelet plugins"),
-            action("wait-slices", "waiting until every node's ResourceSlices are published"),
-        ]
-    if simulated_nodes:
-        steps += [
-            command("deploying KWOK's controller", *kubectl, "apply", f"--filename={directory / KWOK_MANIFESTS}",
-                    timeout=300),
-            action("wait-kwok", "waiting for KWOK's controller"),
-            action("simulated-nodes", f"creating {simulated_nodes} simulated (KWOK) nodes"),
-        ]
-    return steps
-
-
-def _ctr_import(tools: Tools, node: str, platform: list[str]) -> tuple[str, ...]:
-    """Stream an image archive from stdin into a node's containerd (see the module's step 4)."""
-    return (tools.docker, "exec", "--interactive", node, "ctr", "--namespace=k8s.io", "images", "import", *platform,
-            "--digests", "-")
-
-
-def down_steps(name: str, directory: Path, tools: Tools) -> list[Step]:
-    return [command(f"deleting kind cluster {name!r}", tools.kind, "delete", "cluster", f"--name={name}",
-                    f"--kubeconfig={directory / 'kubeconfig'}", timeout=300)]
-
-
-def vendor_driver(slices: list[dict], classes: dict[str, str | None], node_images: dict[str, set[str]],
-                  profiled_nodes: set[str]) -> dict:
-    """The deployed fake driver as a VendorDriver file (harness.config.vendor), so that the suite tests
-    it as users' drivers are tested on kind: through the kubelets of the nodes it runs on (pure).
-
-    `slices`: the published ResourceSlices; `classes`: DeviceClass name -> its extendedResourceName,
-    from the applied manifests; `node_images`: node -> the image names its kubelet reports;
-    `profiled_nodes`: the nodes with a profile label."""
-    suffix = "." + manifests.DOMAIN
-    drivers: set[str] = set()
-    types: set[str] = set()
-    pools: dict[str, set[str]] = {}  # node -> drivers with devices there
-    for item in slices:
-        spec = item.get("spec") or {}
-        driver = spec.get("driver", "")
-        if not driver.endswith(suffix) or not spec.get("devices"):
-            continue
-        drivers.add(driver)
-        pools.setdefault(spec.get("nodeName") or "", set()).add(driver)
-        for device in spec["devices"]:
-            kind = ((device.get("attributes") or {}).get("type") or {}).get("string")
-            if kind:
-                types.add(kind)
-    prefix = manifests.INSTANCE + "-"
-    device_classes = {kind: prefix + kind for kind in sorted(types) if prefix + kind in classes}
-    extended = {kind: classes[name] for kind, name in device_classes.items() if classes[name]}
-    # A pause image every node with devices has (kind's nodes keep their sandbox image): the kubelet
-    # checks' container, never pulled.
-    with_devices = sorted(node for node in pools if node)
-    common = set.intersection(*(node_images.get(node, set()) for node in with_devices)) if with_devices else set()
-    pause = sorted(name for name in common if name.startswith("registry.k8s.io/pause:"))
-    vendor: dict = {"drivers": sorted(drivers), "deviceClasses": device_classes, "extendedResources": extended,
-                    # it is the fake driver: its own powers' tests belong to the run (on the simulated nodes)
-                    "runFakeDriverTests": True,
-                    # its plugins are the DaemonSet's pods: a plugin crash is one of them deleted
-                    "pluginDaemonSet": f"{manifests.NAMESPACE}/{manifests.PLUGIN}",
-                    "features": list(vendor_features([s for s in slices
-                                                      if (s.get("spec") or {}).get("driver") in drivers]))}
-    if profiled_nodes and all(pools.get(node) == drivers for node in profiled_nodes):
-        vendor["nodeSelector"] = PROFILE_LABEL  # every labelled node has devices of every driver
-    if pause:
-        vendor["testImage"] = pause[-1]
-    return {"apiVersion": "dra-harness.x-k8s.io/v1alpha1", "kind": "VendorDriver",
-            "metadata": {"name": f"{manifests.INSTANCE}-on-kind"}, "spec": vendor}
-
-
-def vendor_features(slices: list[dict]) -> tuple[str, ...]:
-    """The fake driver is the suite's reference driver: it claims every feature the suite has tests for,
-    except those its slices must show and do not (the profiles deployed decide: kind-small's have shared
-    counters but no consumable capacity), so the suite's claim check holds and those tests skip saying why."""
-    missing = set(capabilities.not_shown(slices))
-    return tuple(feature for feature in SUITE_FEATURES if feature not in missing)
-
-
-# --- checks -----------------------------------------------------------------------------------
-
-
-def parse_version(text: str) -> tuple[int, ...] | None:
-    match = re.search(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    if not match:
-        return None
-    return tuple(int(part) for part in match.groups(default="0"))
-
-
-def _dotted(version: tuple[int, ...]) -> str:
-    return ".".join(str(v) for v in version)
-
-
-GO_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "s390x": "s390x",
-           "ppc64le": "ppc64le"}
-
-
-def preflight(*, which=shutil.which, run=run_quiet, kubectl_finder=None, env: dict | None = None) -> Tools:
-    """Docker engine, kind and kubectl, or one HarnessError naming everything that is missing. With
-    `env` (the harness's own dockerd): the engine is reached through it, and any version will do
-    (Debian's 20.10 has no multi-platform image store, so `docker save` needs no --platform)."""
-    missing: list[str] = []
-    save_platform = True
-    if env is not None:
-        run = lambda argv, timeout=60: run_quiet(argv, timeout, env=env)  # noqa: E731
-    docker = which("docker")
-    platform = "linux/amd64"
-    if not docker:
-        missing.append("docker: the Docker CLI is not installed (kind runs its nodes as Docker containers)")
-    else:
-        info = run([docker, "info", "--format", "{{.ServerVersion}}|{{.OSType}}|{{.Architecture}}"], timeout=30)
-        fields = (info.stdout or "").strip().split("|")
-        server = parse_version(fields[0]) if info.returncode == 0 and fields and fields[0] else None
-        if server is None:
-            reason = (info.stderr or info.stdout or "").strip().splitlines()
-            missing.append("Docker engine: not reachable (`docker info` failed"
-                           + (f": {reason[-1]}" if reason else "") + "); start dockerd or point DOCKER_HOST at one")
-        else:
-            if server[:2] < DOCKER_MIN_VERSION and env is not None:
-                save_platform = False
-            elif server[:2] < DOCKER_MIN_VERSION:
-                missing.append(f"Docker engine {_dotted(server)} is too old: need >= "
-                               f"{_dotted(DOCKER_MIN_VERSION)} (for `docker save --platform`)")
-            if len(fields) == 3 and fields[2]:
-                platform = f"{fields[1] or 'linux'}/{GO_ARCH.get(fields[2], fields[2])}"
-    kind = which("kind")
-    if not kind:
-        missing.append(f"kind: not installed; need kind >= v{_dotted(KIND_MIN_VERSION)} "
-                       "(`dra-harness binaries install --kind` builds it into the cache; needs Go)")
-    else:
-        out = run([kind, "version"], timeout=30)
-        version = parse_version(out.stdout) if out.returncode == 0 else None
-        if version is None:
-            missing.append(f"kind: `{kind} version` did not report a version ({(out.stderr or '').strip()[:200]})")
-        elif version < KIND_MIN_VERSION:
-            missing.append(f"kind v{_dotted(version)} is too old: need >= v{_dotted(KIND_MIN_VERSION)}, the first "
-                           "release with Kubernetes 1.37 node images")
-    kubectl = (kubectl_finder or (lambda: find_kubectl(which)))()
-    if not kubectl:
-        missing.append("kubectl: not installed (needed for `kubectl kustomize` and `kubectl apply`); "
-                       "`dra-harness binaries install` provides one")
-    if missing:
-        raise HarnessError("the kind backend cannot run on this machine:\n  - " + "\n  - ".join(missing),
-                           hint="see docs/kind-and-existing.md; without Docker use the local backend (the default)")
-    assert kubectl  # a missing one was reported above
-    return Tools(docker=docker, kind=kind, kubectl=kubectl, python=sys.executable, platform=platform, env=env,
-                 save_platform=save_platform)
-
-
-def which_with_cached_kind(name: str) -> str | None:
-    """shutil.which, except that kind may also be the harness's cached build (binaries.kindtool)."""
-    found = shutil.which(name)
-    if found is None and name == "kind":
-        cached = kindtool.locate()
-        return str(cached) if cached else None
-    return found
-
-
-def check_node_image(reference: str) -> str:
-    return manifests.check_image(reference, "--node-image", "e.g. kindest/node:v1.37.0@sha256:<64 hex digits>")
-
-
-# --- the backend ------------------------------------------------------------------------------
 
 
 def state_dir(name: str) -> Path:
@@ -466,7 +115,7 @@ class KindBackend(Backend):
 
     def _machine_preflight(self, name: str | None = None) -> Tools:
         """The machine's engine as it is; or, where there is none and the harness can provide one
-        (harness.backends.kindhost.docker), its own dockerd, registered for cluster `name`."""
+        (harness.backends.kind.host.docker), its own dockerd, registered for cluster `name`."""
         if name is None:  # a look (status): our dockerd if it runs, else the machine's engine
             engine = docker.running()
             return preflight(which=which_with_cached_kind, env=engine.environ() if engine else None)
@@ -501,7 +150,7 @@ class KindBackend(Backend):
 
     def _offline_node_image(self, name: str, options: KindUpOptions) -> KindUpOptions:
         """With the harness's own engine and kind's default node image, which that engine does not have:
-        the locally built offline node image instead (kindhost.nodeimage)."""
+        the locally built offline node image instead (host.nodeimage)."""
         own = self._own_engine.get(name)
         if own is None or options.node_image != NODE_IMAGE:
             return options
@@ -543,7 +192,7 @@ class KindBackend(Backend):
 
     def _offline_driver_base(self, options: KindUpOptions, tools: Tools) -> KindUpOptions:
         """When the driver image is built and the engine can neither find nor pull deploy/Dockerfile's
-        base (no registry): a base built from Debian's packages and pip (kindhost.driverbase)."""
+        base (no registry): a base built from Debian's packages and pip (host.driverbase)."""
         if options.driver_image or options.driver_base or self._preflight != self._machine_preflight:
             return options  # a given image is loaded, not built; the tests' tools are not probed
         base = driverbase.dockerfile_base((manifests.deploy_dir() / "Dockerfile").read_text())
@@ -683,7 +332,7 @@ class KindBackend(Backend):
                   for n in nodes}
         profiled = {n.metadata.name for n in nodes if PROFILE_LABEL in (n.metadata.labels or {})}
         path = directory / VENDOR_FILE
-        write_atomic(path, "# Generated by dra-harness (harness/backends/kind.py): the fake driver deployed on "
+        write_atomic(path, "# Generated by dra-harness (harness/backends/kind/backend.py): the fake driver deployed on "
                            "this kind cluster.\n" + manifests.dump_yaml(vendor_driver(slices, classes, images, profiled)))
         return path
 
@@ -713,7 +362,7 @@ class KindBackend(Backend):
         if plan.scheduler_profiles:
             (plan.directory / SCHEDULER_DIR).mkdir(exist_ok=True)
             (plan.directory / SCHEDULER_DIR / SCHEDULER_CONFIG).write_text(
-                "# Generated by dra-harness (harness/backends/kind.py): kube-scheduler's --config.\n"
+                "# Generated by dra-harness (harness/backends/kind/backend.py): kube-scheduler's --config.\n"
                 + manifests.dump_yaml(scheduler_config(plan.scheduler_profiles)))
         if plan.build_image:
             deploy = manifests.deploy_dir()

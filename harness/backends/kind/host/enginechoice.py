@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.backends.commands import run_quiet
-from harness.backends.kindhost import capabilities
+from harness.backends.kind.host import capabilities
 
 RUNC_CANDIDATES = ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc")
 

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 from harness.backends import manifests
 from harness.backends.commands import Runner, command, run_quiet
-from harness.backends.kindhost import nodeimage
+from harness.backends.kind.host import nodeimage
 from harness.core import paths
 from harness.core.errors import HarnessError
 from harness.core.locking import file_lock
@@ -151,8 +150,7 @@ def _wheels(reporter: Reporter, target: Path, requirements: list[str], arch: str
             listing = partial / "requirements.in"
             listing.write_text("\n".join(requirements) + "\n")
             with reporter.step(f"downloading the driver's dependencies for Python {PYTHON} on {arch} (pip)"):
-                done = subprocess.run(download_argv(sys.executable, partial, listing, arch), capture_output=True,
-                                      text=True, timeout=1800)
+                done = run_quiet(download_argv(sys.executable, partial, listing, arch), timeout=1800)
                 if done.returncode != 0:
                     raise HarnessError("`pip download` of the driver's dependencies failed: "
                                        + "\n".join(done.stderr.strip().splitlines()[-10:]),

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import binaries
-from harness.backends.commands import Runner, Step, command
-from harness.backends.kindhost import wrapper_file
+from harness.backends.commands import Runner, Step, command, run_quiet
+from harness.backends.kind.host import wrapper_file
 from harness.backends.local.realnode import images
 from harness.binaries import gobuild, manifest, noderuntime
 from harness.core import paths
@@ -229,8 +229,7 @@ def build_steps(docker: str, tag: str, work: Path, base_image: str, archives: li
 
 def kind_module(work: Path) -> tuple[Path, str]:
     """kind's module in the Go module cache (downloaded once): its directory and checksum."""
-    out = subprocess.run(["go", "mod", "download", "-json", f"{KIND_MODULE}@{KIND_VERSION}"], cwd=work,
-                         capture_output=True, text=True, timeout=600)
+    out = Runner().query(["go", "mod", "download", "-json", f"{KIND_MODULE}@{KIND_VERSION}"], cwd=work, timeout=600)
     try:
         info = json.loads(out.stdout)
     except ValueError:
@@ -281,7 +280,7 @@ def ensure_debootstrap(reporter: Reporter) -> str:
 def rootfs_tar(reporter: Reporter, cache: Path, suite: str = DEBIAN_SUITE, packages: tuple[str, ...] = PACKAGES,
                recipe: str = ROOTFS_RECIPE, cleanups: Callable[[Path], None] | None = None) -> Path:
     """A Debian root filesystem as a tar, made once per suite and package list (debootstrap takes
-    minutes). The node image's (the defaults) gets kind's clean-ups; kindhost.driverbase makes another."""
+    minutes). The node image's (the defaults) gets kind's clean-ups; host.driverbase makes another."""
     key = cache_key({"suite": suite, "packages": sorted(packages), "recipe": recipe})[:16]
     with file_lock(cache / f"rootfs-{key}.lock"):  # two builds never debootstrap into one directory
         return _rootfs_tar(reporter, cache, key, suite, packages,
@@ -487,11 +486,11 @@ def _image_archives(wanted: dict[str, str], sources: dict[str, Path], directory:
 
 
 def _run(argv: list[str], env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    return run_quiet(argv, timeout=300, env=env)
 
 
 def _check(argv: list[str], what: str) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    done = run_quiet(argv, timeout=120)
     if done.returncode != 0:
         raise HarnessError(f"`{what}` exited with {done.returncode}: {done.stderr.strip()[-500:]}")
     return done.stdout

@@ -36,8 +36,8 @@ from pathlib import Path
 import psutil
 
 from harness.backends.commands import run_quiet
-from harness.backends.kindhost import hostnet, wrapper_file
-from harness.backends.kindhost.enginechoice import Decision, Facts, decide, detect
+from harness.backends.kind.host import hostnet, wrapper_file
+from harness.backends.kind.host.enginechoice import Decision, Facts, decide, detect
 from harness.backends.local import process
 from harness.backends.local.realnode import host as machine_settings
 from harness.backends.local.realnode import inotify, teardown

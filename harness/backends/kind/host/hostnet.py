@@ -17,6 +17,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.backends.commands import run_quiet
+
 IPTABLES = ("iptables", "ip6tables")
 SYSCTLS = ("net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding")
 # Written by the kubelets inside privileged kind node containers: not namespaced, so machine-wide.
@@ -26,7 +28,7 @@ Run = Callable[[list[str]], subprocess.CompletedProcess]
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    return run_quiet(argv, timeout=30)  # never raises: a missing program or a timeout is 127 / 124
 
 
 def parse_forward_policy(iptables_s_output: str) -> str | None:
