@@ -201,15 +201,29 @@ def _create_with_retry(core, namespace: str, body: dict) -> None:
             raise
 
 
-def wait_until(what: str, check, timeout: float, interval: float = 0.5):
+def wait_until(what: str, check, timeout: float, interval: float = 0.5, progress=None):
+    """Poll `check` until it returns something true, at most `timeout` seconds; on a timeout the error says
+    how far it got (`progress()`, e.g. "752 of 10000 bound")."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+            reached = f" ({progress()})" if progress is not None else ""
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{reached}")
         gevent.sleep(interval)
+
+
+def wait_all_bound(core, namespace: str, names: set[str], what: str, timeout: float) -> None:
+    """Wait until every pod of `names` is bound to a node; the timeout says how many were."""
+    bound = [0]
+
+    def done() -> bool:
+        bound[0] = count_bound(core, namespace, names)
+        return bound[0] == len(names)
+
+    wait_until(what, done, timeout, progress=lambda: f"{bound[0]} of {len(names)} bound")
 
 
 def count_bound(core, namespace: str, names: set[str]) -> int:

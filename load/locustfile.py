@@ -16,6 +16,7 @@ import collections
 import csv
 import itertools
 import json
+import logging
 import os
 import time
 
@@ -71,6 +72,7 @@ def _options(parser) -> None:
     group.add_argument("--scheduler-metrics-url", default="")
     group.add_argument("--results-file", default="")
     group.add_argument("--event-timeout", type=float, default=60.0)
+    group.add_argument("--setup-timeout", type=float, default=600.0, help="bound of each wait of the set-up")
     group.add_argument("--rate", type=float, default=10.0, help="steady-state: arrivals per second (whole run)")
     group.add_argument("--in-flight", type=int, default=0,
                        help="steady-state closed loop: one user per pod kept waiting, each replacing its pod once "
@@ -119,6 +121,18 @@ def _setup(environment, **_) -> None:
     if isinstance(environment.runner, WorkerRunner):
         STATE.watch = ops.BindingWatch(core, namespace).start()
         return  # set-up belongs to the master; a worker takes its share of the event targets
+    try:
+        _arrange(options, core, resource, namespace, gpu_driver)
+    except Exception as err:  # noqa: BLE001 - any failed step: the run ends with its reason, no event fired
+        # locust would only log an error of this handler and start the users on a half-made set-up
+        STATE.setup_error = f"{_error_text(err)} (after {time.monotonic() - STATE.wall_start:.0f}s)"
+        logging.error("set-up failed: %s", STATE.setup_error)
+        gevent.spawn(environment.runner.quit)
+
+
+def _arrange(options, core, resource, namespace: str, gpu_driver: str) -> None:
+    """The scenario's set-up, on the master (or the local runner): objects, filled devices, parked pods,
+    then the start of the measured window."""
     STATE.metrics_before = _scrape(options)
     try:
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -135,7 +149,7 @@ def _setup(environment, **_) -> None:
     if scenario in ("device-freed", "claim-shared"):
         fill = [f"fill-{i}" for i in range(options.nodes * options.devices_per_node)]
         ops.create_pods(core, namespace, [_pod(options, n, template="one-gpu") for n in fill])
-        ops.wait_until("every device to be allocated", lambda: ops.count_bound(core, namespace, set(fill)) == len(fill), 600)
+        ops.wait_all_bound(core, namespace, set(fill), "every device to be allocated", options.setup_timeout)
     elif scenario == "taint-removed":
         for node in nodes:
             resource.create_device_taint_rule(ops.taint_rule(f"load-hold-{node}", gpu_driver, node,
@@ -146,7 +160,7 @@ def _setup(environment, **_) -> None:
                                                             options.extended_resource, label=options.run_label))
         first = [f"init-{i}" for i in range(options.pending // 2 if scenario != "steady-state" else options.pending)]
         ops.create_pods(core, namespace, [_burst_pod(options, n) for n in first])
-        ops.wait_until("the initial pods to be scheduled", lambda: ops.count_bound(core, namespace, set(first)) == len(first), 600)
+        ops.wait_all_bound(core, namespace, set(first), "the initial pods to be scheduled", options.setup_timeout)
         waiting = set()
     if scenario == "requeue-correctness":
         _arrange_requeue(options, nodes)
@@ -161,7 +175,7 @@ def _setup(environment, **_) -> None:
         ops.create_pods(core, namespace, [ops.group_member(f"{g}-{m}", g, "one-gpu", **_marks(options))
                                           for g in groups for m in "ab"])
         ops.wait_until("every group member to be parked as unschedulable",
-                       lambda: ops.all_unschedulable(core, namespace, waiting), 600)
+                       lambda: ops.all_unschedulable(core, namespace, waiting), options.setup_timeout)
         waiting = set()
     if waiting:
         extended = scenario == "class-created"
@@ -169,7 +183,7 @@ def _setup(environment, **_) -> None:
                   else _pod(options, n, template="one-gpu") for n in sorted(waiting)]
         ops.create_pods(core, namespace, bodies)
         ops.wait_until("every waiting pod to be parked as unschedulable",
-                       lambda: ops.all_unschedulable(core, namespace, waiting), 600)
+                       lambda: ops.all_unschedulable(core, namespace, waiting), options.setup_timeout)
     STATE.watch = ops.BindingWatch(core, namespace).start()
     if scenario not in scenarios.BURST_SCENARIOS:  # the window starts with nothing left to retry
         STATE.queue_settle = {"before": _wait_queue_settled(options)}
@@ -208,15 +222,15 @@ def _arrange_requeue(options, nodes: list[str]) -> None:
     running = [body for i, kind, node in plan for body in kind.arrange(ctx, i, node)]
     ops.create_pods(STATE.core, STATE.namespace, running)
     names = {body["metadata"]["name"] for body in running}
-    ops.wait_until("the pods holding the devices to be bound",
-                   lambda: ops.count_bound(STATE.core, STATE.namespace, names) == len(names), 600)
+    ops.wait_all_bound(STATE.core, STATE.namespace, names, "the pods holding the devices to be bound",
+                       options.setup_timeout)
     waiting = [kind.waiting(ctx, i, node) for i, kind, node in plan]
     waiting += [requeue_kinds.pod(ctx, f"rq-decoy-{j}", None, template_name=requeue_kinds.NEVER_TEMPLATE)
                 for j in range(options.pending - options.events)]
     ops.create_pods(STATE.core, STATE.namespace, waiting)
     parked = {body["metadata"]["name"] for body in waiting}
     ops.wait_until("every waiting pod to be parked as unschedulable",
-                   lambda: ops.all_unschedulable(STATE.core, STATE.namespace, parked), 600)
+                   lambda: ops.all_unschedulable(STATE.core, STATE.namespace, parked), options.setup_timeout)
 
 
 def _marks(options) -> dict:
@@ -280,7 +294,7 @@ def _teardown(environment, **_) -> None:
     _merge_shares()
     result = {"scenario": options.scenario, "nodes": options.nodes, "pending": options.pending,
               "events": STATE.fired, "latencies_ms": [round(x * 1000, 2) for x in STATE.latencies],
-              "failed_events": STATE.failures, "setup_seconds": STATE.setup_seconds,
+              "failed_events": STATE.failures, "setup_seconds": STATE.setup_seconds, "setup_error": STATE.setup_error,
               "scheduler": metrics.summary(metrics.delta(STATE.metrics_before, after)) if after else {},
               "generator": {"wall_seconds": round(wall, 2), "cpu_seconds": round(used, 2),
                             "cpu_percent": round(100 * used / wall, 1) if wall else 0.0,
@@ -293,7 +307,9 @@ def _teardown(environment, **_) -> None:
         result["queue_settle"] = STATE.queue_settle
     if after and STATE.metrics_window_start:  # the scheduler's CPU over the measured window only
         result["scheduler_window"] = metrics.summary(metrics.delta(STATE.metrics_window_start, after))
-    if options.scenario == "steady-state" and options.in_flight:
+    if STATE.setup_error is not None:
+        pass  # nothing was measured: the scenario's own figures would describe a half-made set-up
+    elif options.scenario == "steady-state" and options.in_flight:
         # closed loop: how fast the scheduler went with K pods always waiting (every pod created counts,
         # including the last ones, created before --duration ran out and bound after)
         result["steady_state"] = {"mode": "closed loop", "in_flight": options.in_flight, "duration": options.duration,
@@ -305,12 +321,12 @@ def _teardown(environment, **_) -> None:
         result["steady_state"] = {"mode": "open loop", "rate": options.rate, "arrivals": STATE.fired,
                                   "late_arrivals": STATE.late_arrivals,
                                   "max_lag_seconds": round(STATE.max_lag, 3)}
-    if options.scenario == "requeue-correctness":
+    if options.scenario == "requeue-correctness" and STATE.setup_error is None:
         result["requeueCorrectness"] = requeue_kinds.rows(STATE.requeue, options.event_timeout)
         if STATE.requeue_left_out:
             result["requeueCorrectnessLeftOut"] = [{"kind": kind, "reason": why}
                                                    for kind, why in STATE.requeue_left_out.items()]
-    if options.scenario in scenarios.BURST_SCENARIOS:
+    if options.scenario in scenarios.BURST_SCENARIOS and STATE.setup_error is None:
         result["throughput"] = _throughput(STATE.core, STATE.namespace, options.pending - options.pending // 2)
     # locust's own aggregate (on a master it includes every worker's requests; percentiles are locust's
     # approximations, so the raw latencies above are preferred when this process measured them itself)
@@ -496,6 +512,8 @@ class DRAUser(User):
     @task
     def event(self) -> None:
         options = self.environment.parsed_options
+        if STATE.setup_error is not None:  # the run is ending: nothing to fire at
+            raise StopUser()
         if STATE.fired >= STATE.budget:
             _finish(self)
         STATE.fired += 1

@@ -45,6 +45,7 @@ class ProcessState:
     wall_start: float = 0.0
     cpu_start: Any = None
     setup_seconds: float | None = None
+    setup_error: str | None = None  # why the set-up failed: no event is fired and the run ends at once
     metrics_before: dict = field(default_factory=dict)
     metrics_window_start: dict = field(default_factory=dict)
     window_start: Any = None
@@ -56,3 +57,4 @@ class ProcessState:
         self.fired = self.measured = self.pods_created = 0
         self.latencies, self.shares, self.requeue = [], [], []
         self.created, self.create_failed = {}, {}
+        self.setup_error = None

@@ -123,6 +123,7 @@ class LoadParams:
     users: int = 1
     time_limit: float = 300.0
     event_timeout: float = 60.0
+    setup_timeout: float = 600.0  # each wait of the set-up (devices filled, pods parked); then the run fails
     rate: float = 10.0  # steady-state: arrivals per second
     # steady-state closed loop (as scheduler_perf's steady state): K pods always waiting, each replaced
     # once bound, for `duration` seconds; 0 = open loop at `rate`

@@ -183,7 +183,7 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = 
         latency = {"n": aggregate.get("requests", 0) - aggregate.get("failures", 0), "p50": aggregate.get("p50_ms"),
                    "p99": aggregate.get("p99_ms"), "source": "locust aggregate (workers)"}
         failures = aggregate.get("failures")
-    if params.burst:  # every pod of the burst created and bound, or the run failed
+    if params.burst and "throughput" in scenario_result:  # every pod of the burst created and bound, or the run failed
         burst = scenario_result["throughput"]
         failures = burst["not_created"] + burst["unbound"]
     summary = {"params": asdict(params), "hints": None if given else hints is not False, "cluster": name,
@@ -217,6 +217,8 @@ def failure_reasons(params: scenarios.LoadParams, result: dict, failures: int | 
     """One line per event that was not measured: the locust file's reason for each failed event, and
     why events were never fired at all."""
     failed = [f["reason"] for f in result.get("failed_events", [])]
+    if result.get("setup_error"):  # nothing was fired: the set-up's reason is the whole story
+        return [f"the set-up failed, no event was fired: {result['setup_error']} (see {report_dir / 'locust.log'})"]
     if params.burst or not failures:
         return failed
     fired = result.get("events", 0)
@@ -324,6 +326,7 @@ def _locust_command(params, info, placement: Placement, report_dir: Path, result
                "--devices-per-node", str(params.devices_per_node), *placement.locust_args(),
                "--scheduler-metrics-url", info.metrics.get("kube-scheduler", ""),
                "--results-file", str(results_file), "--event-timeout", str(params.event_timeout),
+               "--setup-timeout", str(params.setup_timeout),
                "--rate", str(params.rate), "--in-flight", str(params.in_flight), "--duration", str(params.duration),
                "--conditions-root-pid", str(os.getpid()),  # the run's own processes: this one and its children
                "--loglevel", "WARNING"]

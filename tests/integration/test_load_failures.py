@@ -34,3 +34,21 @@ def test_timed_out_events_are_failures_with_reasons(tmp_path, dra_run_id):
         errors = [row["Error"] for row in csv.DictReader(handle)]
     assert len(errors) == len(reasons)
     assert all("no waiting pod bound within 0s" in error for error in errors), errors
+
+
+def test_a_failed_set_up_ends_the_run_at_once_with_its_reason(tmp_path, dra_run_id):
+    """A set-up that cannot finish (here: a zero bound for filling the devices) ends the run with the
+    step and how far it got, fires no event and does not wait for --time-limit (found at 10,000 nodes,
+    where filling every device took longer than the set-up's bound: the events then ran against a
+    half-made set-up, each failing with a traceback, and the run waited out its time limit)."""
+    params = dataclasses.replace(scenarios.LoadParams("device-freed", nodes=2, pending=3, events=2,
+                                                      devices_per_node=1, time_limit=900), setup_timeout=0.0)
+    summary = load_runner.run(params, report_dir=tmp_path, name=f"ld-setup-{dra_run_id[:5]}")
+    assert summary["events"] == 0, summary  # nothing fired
+    assert summary["failures"] == 2, summary
+    [reason] = summary["failure_reasons"]
+    assert reason.startswith("the set-up failed, no event was fired: TimeoutError: timed out after 0s waiting for "
+                             "every device to be allocated ("), reason
+    assert " of 2 bound)" in reason, reason
+    assert summary["generator"]["wall_seconds"] < params.time_limit / 2, summary["generator"]  # ended by itself
+    assert "Traceback" not in (tmp_path / "locust.log").read_text()
