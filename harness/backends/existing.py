@@ -20,9 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
-import yaml
-
-from harness.backends import manifests
+from harness.backends import manifests, state_file
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
 from harness.backends.commands import Runner, Step, action, command
 from harness.backends.common import (
@@ -35,12 +33,10 @@ from harness.backends.common import (
 from harness.backends.kwok import in_cluster
 from harness.core import paths
 from harness.core.errors import ClusterNotFound, ConfigError, HarnessError, Problem
-from harness.core.files import write_atomic
 from harness.core.progress import Reporter
 from harness.k8s import api, errors
 from harness.k8s.client import Clients
 
-STATE_FILE = "state.yaml"
 KWOK_MANIFESTS = "kwok.yaml"
 ROLLOUT_TIMEOUT = 300.0
 PUBLISH_TIMEOUT = 300.0
@@ -114,8 +110,8 @@ class ExistingBackend(Backend):
         kubeconfig = resolve_kubeconfig(options.kubeconfig)
         _, server = kubeconfig_endpoint(kubeconfig)
         directory = state_dir(name)
-        if (directory / STATE_FILE).is_file():
-            raise HarnessError(f"cluster name {name!r} is already in use for {self._load(name).get('kubeconfig')}",
+        if state_file.exists(directory):
+            raise HarnessError(f"cluster name {name!r} is already in use for {self._load(name).kubeconfig}",
                                hint=f"pick another --name, or run `dra-harness cluster down --backend existing "
                                     f"--name {name}` first")
         if options.simulated_nodes:  # refused before anything is deployed
@@ -246,21 +242,19 @@ class ExistingBackend(Backend):
 
     # --- down / status / list ---------------------------------------------------------------
 
-    def _load(self, name: str) -> dict:
-        path = state_dir(validate_name(name)) / STATE_FILE
-        if not path.is_file():
-            raise ClusterNotFound(f"no existing-cluster entry named {name!r}",
-                                  hint="`dra-harness cluster list --backend existing` shows them")
-        return yaml.safe_load(path.read_text()) or {}
+    def _load(self, name: str) -> state_file.ClusterState:
+        return state_file.load(state_dir(validate_name(name)), lambda: ClusterNotFound(
+            f"no existing-cluster entry named {name!r}", hint="`dra-harness cluster list --backend existing` shows them"))
 
     def _save(self, directory: Path, data: dict) -> None:
-        write_atomic(directory / STATE_FILE, yaml.safe_dump(data, sort_keys=False))
+        state_file.ClusterState(directory, data).save()
 
     def down(self, name: str) -> list[str]:
-        data = self._load(name)
+        cluster = self._load(name)
+        data = cluster.data
         leftovers: list[str] = []
         if data.get("deployed") or data.get("kwok"):
-            kubeconfig = Path(data["kubeconfig"])
+            kubeconfig = cluster.kubeconfig
             if not kubeconfig.is_file():
                 raise HarnessError(f"the kubeconfig of {name!r} is gone: {kubeconfig}",
                                    hint="restore it to remove what was deployed; or delete by label: kubectl delete "
@@ -288,13 +282,13 @@ class ExistingBackend(Backend):
         return left
 
     def status(self, name: str) -> ClusterStatus:
-        data = self._load(name)
-        kubeconfig = Path(data["kubeconfig"])
+        cluster = self._load(name)
+        data, kubeconfig = cluster.data, cluster.kubeconfig
         ready = api_ready(kubeconfig)
         components = self._components(kubeconfig, bool(data.get("deployed")), bool(data.get("kwok"))) if ready else []
-        healthy = ready and data.get("phase") == "running" and all(c.alive for c in components)
+        healthy = ready and cluster.phase == "running" and all(c.alive for c in components)
         return ClusterStatus(name=name, backend=self.name, health="running" if healthy else "broken",
-                             phase=data.get("phase", "?"), components=components, kubeconfig=str(kubeconfig),
+                             phase=cluster.phase, components=components, kubeconfig=str(kubeconfig),
                              directory=str(state_dir(name)),
                              details={k: data.get(k) for k in ("server", "deployed", "overlay", "driverImage",
                                                               "namespaceOwned", "definition", "simulatedNodes")})
@@ -323,13 +317,12 @@ class ExistingBackend(Backend):
             clients.close()
 
     def list(self) -> list[str]:
-        root = paths.state_root() / "existing"
-        return sorted(p.name for p in root.iterdir() if (p / STATE_FILE).is_file()) if root.is_dir() else []
+        return state_file.names(paths.state_root() / "existing")
 
     def info(self, name: str) -> ClusterInfo:
-        data = self._load(name)
-        return ClusterInfo(name=name, backend=self.name, kubeconfig=Path(data["kubeconfig"]),
-                           server=data.get("server", ""), directory=state_dir(name))
+        cluster = self._load(name)
+        return ClusterInfo(name=name, backend=self.name, kubeconfig=cluster.kubeconfig,
+                           server=cluster.data.get("server", ""), directory=cluster.directory)
 
 
 def _short(err: Exception) -> str:

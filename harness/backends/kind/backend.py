@@ -30,11 +30,9 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
 from fake_devices.config import PROFILE_LABEL
 from harness import binaries
-from harness.backends import manifests
+from harness.backends import manifests, state_file
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus
 from harness.backends.commands import Runner, command, run_quiet
 from harness.backends.common import api_ready as _api_ready
@@ -71,7 +69,6 @@ from harness.core.progress import Reporter
 from harness.k8s.client import Clients
 
 KIND_CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # kind's label on every node container of a cluster
-STATE_FILE = "state.yaml"
 SIMULATED_NODE_PREFIX = "kwok-node"
 SIMULATED_NODES = 3  # the default (--simulated-nodes): the suite's tests that need simulated nodes use one or two
 VENDOR_FILE = "vendor-driver.yaml"  # the deployed fake driver, described as a vendor's (the suite's kubelet checks)
@@ -409,7 +406,6 @@ class KindBackend(Backend):
             clients.close()
 
     def _save(self, plan: Plan, options: KindUpOptions, phase: str) -> None:
-        plan.directory.mkdir(parents=True, exist_ok=True)
         data = {"name": plan.name, "backend": self.name, "phase": phase, "nodeImage": options.node_image,
                 "driverBase": options.driver_base, "kwokImage": options.kwok_image,
                 "simulatedNodes": options.simulated_nodes,
@@ -417,17 +413,15 @@ class KindBackend(Backend):
                 "driverImage": plan.deployment.image, "overlay": plan.deployment.overlay if options.deploy else None,
                 "nodes": list(plan.node_names),
                 "definition": options.definition.source if options.definition else None}
-        write_atomic(plan.directory / STATE_FILE, yaml.safe_dump(data, sort_keys=False))
+        state_file.ClusterState(plan.directory, data).save()
 
     # --- down / status / list ---------------------------------------------------------------
 
-    def _load(self, name: str) -> dict:
-        path = state_dir(validate_name(name)) / STATE_FILE
-        if not path.is_file():
-            raise ClusterNotFound(f"no kind cluster named {name!r} was created by dra-harness",
-                                  hint="`dra-harness cluster list --backend kind` shows them; clusters made with kind "
-                                       "itself are removed with `kind delete cluster`")
-        return yaml.safe_load(path.read_text()) or {}
+    def _load(self, name: str) -> state_file.ClusterState:
+        return state_file.load(state_dir(validate_name(name)), lambda: ClusterNotFound(
+            f"no kind cluster named {name!r} was created by dra-harness",
+            hint="`dra-harness cluster list --backend kind` shows them; clusters made with kind itself are removed "
+                 "with `kind delete cluster`"))
 
     def down(self, name: str) -> list[str]:
         self._load(name)
@@ -443,9 +437,8 @@ class KindBackend(Backend):
         return leftovers
 
     def status(self, name: str) -> ClusterStatus:
-        data = self._load(name)
-        directory = state_dir(name)
-        kubeconfig = directory / "kubeconfig"
+        cluster = self._load(name)
+        data, directory, kubeconfig = cluster.data, cluster.directory, cluster.kubeconfig
         details: dict = {"nodeImage": data.get("nodeImage"), "driverImage": data.get("driverImage"),
                          "overlay": data.get("overlay"), "definition": data.get("definition")}
         components: list[ComponentStatus] = []
@@ -454,33 +447,31 @@ class KindBackend(Backend):
             tools = self._preflight()
         except HarnessError as err:
             details["error"] = str(err)
-            return ClusterStatus(name, self.name, "broken", data.get("phase", "?"), [], str(kubeconfig),
+            return ClusterStatus(name, self.name, "broken", cluster.phase, [], str(kubeconfig),
                                  str(directory), details)
         if name not in self._kind_clusters(tools):
             details["error"] = f"`kind get clusters` does not list {name}"
         else:
             components = self._node_components(tools, data.get("nodes") or [])
-            if data.get("phase") == "running" and _api_ready(kubeconfig) and all(c.alive for c in components):
+            if cluster.phase == "running" and _api_ready(kubeconfig) and all(c.alive for c in components):
                 health = "running"
-            elif data.get("phase") == "starting":
+            elif cluster.phase == "starting":
                 health = "starting"
-        return ClusterStatus(name, self.name, health, data.get("phase", "?"), components, str(kubeconfig),
+        return ClusterStatus(name, self.name, health, cluster.phase, components, str(kubeconfig),
                              str(directory), details)
 
     def list(self) -> list[str]:
         """Kind clusters this harness created (those with state); never other kind clusters, so that
         `cluster down --all --backend kind` cannot delete clusters dra-harness does not own."""
-        root = paths.state_root() / "kind"
-        return sorted(p.name for p in root.iterdir() if (p / STATE_FILE).is_file()) if root.is_dir() else []
+        return state_file.names(paths.state_root() / "kind")
 
     def info(self, name: str) -> ClusterInfo:
-        data = self._load(name)
-        kubeconfig = state_dir(name) / "kubeconfig"
-        _, server = kubeconfig_endpoint(kubeconfig)
-        return ClusterInfo(name=name, backend=self.name, kubeconfig=kubeconfig, server=server,
-                           directory=state_dir(name),
+        cluster = self._load(name)
+        _, server = kubeconfig_endpoint(cluster.kubeconfig)
+        return ClusterInfo(name=name, backend=self.name, kubeconfig=cluster.kubeconfig, server=server,
+                           directory=cluster.directory,
                            scheduler_profiles=tuple(schedulerprofiles.SchedulerProfile.from_dict(p)
-                                                    for p in data.get("schedulerProfiles") or []))
+                                                    for p in cluster.data.get("schedulerProfiles") or []))
 
     def _kind_clusters(self, tools: Tools) -> set[str]:
         out = run_quiet([tools.kind, "get", "clusters"], timeout=60, env=tools.env)

@@ -7,20 +7,17 @@ started it is gone (crash, Ctrl-C, another terminal): backend, ports, binaries, 
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from harness.backends import state_file
 from harness.backends.common import validate_name  # noqa: F401  (state.validate_name for local callers)
 from harness.backends.local import reservations
 from harness.core import paths
 from harness.core.errors import ClusterNotFound
-from harness.core.files import write_atomic
 from harness.core.nodelayout import records
 
-STATE_FILE = "state.yaml"
+STATE_FILE = state_file.STATE_FILE
 
 
 def cluster_dir(name: str) -> Path:
@@ -28,13 +25,8 @@ def cluster_dir(name: str) -> Path:
 
 
 @dataclass
-class ClusterState:
-    directory: Path
-    data: dict
-
-    @property
-    def name(self) -> str:
-        return self.data["name"]
+class ClusterState(state_file.ClusterState):
+    """A local cluster's record: the shared one, with the ports its components and real nodes hold."""
 
     @property
     def kubeconfig(self) -> Path:
@@ -50,29 +42,25 @@ class ClusterState:
         return set(self.ports.values()) | {port for node in records(self.data)
                                            for port in (node.kubelet_port, node.healthz_port)}
 
-    def save(self) -> None:
-        write_atomic(self.directory / STATE_FILE, yaml.safe_dump(self.data, sort_keys=False))
-
 
 def create(name: str, data: dict) -> ClusterState:
-    directory = cluster_dir(name)
-    directory.mkdir(parents=True, exist_ok=False)
-    state = ClusterState(directory, {"name": name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                     **data})
-    state.save()
-    return state
+    made = state_file.create(cluster_dir(name), name, data, record=ClusterState)
+    assert isinstance(made, ClusterState)
+    return made
 
 
 def load(name: str) -> ClusterState:
     directory = cluster_dir(name)
-    try:
-        data = yaml.safe_load((directory / STATE_FILE).read_text()) or {}
-    except OSError:
-        if directory.is_dir():  # a killed `up` before the state file was written
-            return ClusterState(directory, {"name": name, "phase": "incomplete"})
-        raise ClusterNotFound(f"no cluster named {name!r}",
-                              hint="`dra-harness cluster list` shows the clusters that exist") from None
-    return ClusterState(directory, data)
+
+    def not_found() -> Exception:
+        return ClusterNotFound(f"no cluster named {name!r}",
+                               hint="`dra-harness cluster list` shows the clusters that exist")
+
+    if directory.is_dir() and not state_file.exists(directory):  # a killed `up` before the state file was written
+        return ClusterState(directory, {"name": name, "phase": "incomplete"})
+    loaded = state_file.load(directory, not_found, record=ClusterState)
+    assert isinstance(loaded, ClusterState)
+    return loaded
 
 
 def all_names() -> list[str]:
