@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,27 +51,38 @@ def cache_dir(version: str = CONTAINERD_VERSION) -> Path:
     return paths.cache_root() / "binaries" / f"containerd-v{version}_{os_name}-{arch}"
 
 
-def find_runc(which: Callable[[str], str | None] = shutil.which) -> Path | None:
+# What find_host_tools() found of runc, the CNI plugin directory and a static busybox (None: not found).
+HostTools = tuple[Path | None, Path | None, Path | None]
+
+
+def find_runc(which: Callable[[str], str | None] = shutil.which,
+              candidates: Sequence[str] = RUNC_CANDIDATES) -> Path | None:
     found = which("runc")
-    candidates = [found] if found else []
-    return next((Path(c) for c in [*candidates, *RUNC_CANDIDATES] if c and Path(c).is_file()), None)
+    on_path = [found] if found else []
+    return next((Path(c) for c in [*on_path, *candidates] if c and Path(c).is_file()), None)
 
 
-def find_cni_dir() -> Path | None:
-    for candidate in CNI_DIR_CANDIDATES:
+def find_cni_dir(candidates: Sequence[str] = CNI_DIR_CANDIDATES) -> Path | None:
+    for candidate in candidates:
         if all((Path(candidate) / plugin).is_file() for plugin in CNI_PLUGINS):
             return Path(candidate)
     return None
 
 
-def host_tools_missing() -> list[str]:
-    """What the machine must provide (not built here), each with how to get it; empty when complete."""
+def find_host_tools() -> HostTools:
+    """Look for what the machine must provide (not built here)."""
+    return find_runc(), find_cni_dir(), images.find_busybox()
+
+
+def host_tools_missing(runc: Path | None, cni_dir: Path | None, busybox: Path | None) -> list[str]:
+    """What of the machine's tools was not found (see find_host_tools), each with how to get it; empty
+    when complete. Decided from what was found, so the real-node preflight and ensure() say the same."""
     missing = []
-    if find_runc() is None:
+    if runc is None:
         missing.append("runc (the OCI runtime containerd starts containers with)")
-    if find_cni_dir() is None:
+    if cni_dir is None:
         missing.append(f"CNI plugins {', '.join(CNI_PLUGINS)} (in one of {', '.join(CNI_DIR_CANDIDATES)})")
-    if images.find_busybox() is None:
+    if busybox is None:
         missing.append("a statically linked busybox (the test image's shell)")
     return missing
 
@@ -112,15 +123,18 @@ def ensure_built(reporter: Reporter | None = None, version: str = CONTAINERD_VER
     return target
 
 
-def ensure(reporter: Reporter | None = None, version: str = CONTAINERD_VERSION) -> NodeRuntime:
-    """Build (once) and return the node runtime; host tools must already be installed."""
-    missing = host_tools_missing()
+def ensure(reporter: Reporter | None = None, version: str = CONTAINERD_VERSION,
+           find_tools: Callable[[], HostTools] = find_host_tools) -> NodeRuntime:
+    """Build (once) and return the node runtime; host tools must already be installed (`find_tools`
+    looks for them, before the build and again after it)."""
+    missing = host_tools_missing(*find_tools())
     if missing:
         raise BinariesError("a real node needs tools this machine lacks: " + "; ".join(missing),
                             hint=f"on Debian/Ubuntu: apt-get install {DEBIAN_PACKAGES}")
     target = ensure_built(reporter, version)
-    runc, cni_dir, busybox = find_runc(), find_cni_dir(), images.find_busybox()
+    runc, cni_dir, busybox = find_tools()
     if runc is None or cni_dir is None or busybox is None:  # found above, gone while containerd was built
-        raise BinariesError("a real node needs tools this machine lacks: " + "; ".join(host_tools_missing()),
+        raise BinariesError("a real node needs tools this machine lacks: "
+                            + "; ".join(host_tools_missing(runc, cni_dir, busybox)),
                             hint=f"on Debian/Ubuntu: apt-get install {DEBIAN_PACKAGES}")
     return NodeRuntime(target, runc, cni_dir, busybox)

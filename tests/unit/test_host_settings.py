@@ -22,7 +22,7 @@ import pytest
 
 from harness.backends.kind.host import docker
 from harness.backends.local import process
-from harness.backends.local.realnode import host, inotify, preflight
+from harness.backends.local.realnode import host, inotify
 from harness.core import paths
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
@@ -245,25 +245,7 @@ def test_shortfall_says_what_to_raise():
                           "need 16 more; raise it, e.g. `sysctl -w fs.inotify.max_user_instances=264`")
 
 
-def test_preflight_names_an_inotify_limit_it_cannot_raise(tmp_path, monkeypatch):
-    short = inotify.Shortfall(inotify.INSTANCES, limit=128, used=120, needed=16)
-    asked = []
-
-    def shortfalls(nodes, control_plane=False):
-        asked.append(control_plane)
-        return [short] if nodes >= 1 else []
-
-    monkeypatch.setattr(preflight.inotify, "shortfalls", shortfalls)
-    writable = tmp_path / "writable"
-    writable.write_text("128\n")
-    monkeypatch.setattr(preflight.host, "sysctl_path", lambda name: writable if name == inotify.INSTANCES
-                        else tmp_path / "absent")
-    assert str(short) not in preflight.problems(1)  # root may raise it: host.acquire will
-    writable.chmod(0o444)
-    monkeypatch.setattr(preflight.os, "access", lambda path, mode: Path(path) != writable)
-    assert str(short) in preflight.problems(1)
-    assert str(short) not in preflight.problems(0)
-    assert set(asked) == {True}  # before `up` starts anything: the control plane counts too
+# preflight naming an inotify limit it cannot raise: test_realnode.py (decided from HostFacts)
 
 
 def test_kind_nodes_count_with_their_own_footprint_and_as_root(monkeypatch):

@@ -12,9 +12,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import platform
 import re
 import subprocess
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,6 +30,7 @@ from harness.backends.local.realnode import (
     containerd,
     host,
     images,
+    inotify,
     kubelet,
     network,
     node,
@@ -35,6 +38,7 @@ from harness.backends.local.realnode import (
     preflight,
     teardown,
 )
+from harness.backends.local.realnode.hostfacts import HostFacts
 from harness.binaries import gobuild, noderuntime
 from harness.binaries.noderuntime import NodeRuntime
 from harness.core import nodelayout as layout
@@ -62,16 +66,6 @@ def _completed(argv, returncode=0, stdout="", stderr=""):
 
 def _times_out(argv, timeout=None, **kwargs):
     raise subprocess.TimeoutExpired(argv, timeout)
-
-
-def _fake_open(monkeypatch, module, fake_path: Path, real="/proc/self/mountinfo"):
-    """Make `module` read `fake_path` where it opens `real` (the builtin open stays untouched elsewhere)."""
-    import builtins
-
-    def fake(path, *args, **kwargs):
-        return builtins.open(fake_path if str(path) == real else path, *args, **kwargs)
-
-    monkeypatch.setattr(module, "open", fake, raising=False)
 
 
 # --- network ------------------------------------------------------------------------------------
@@ -264,25 +258,32 @@ def test_iptables_rules_keeps_chains_and_rules():
 # --- host: sysctls, runtime dirs ------------------------------------------------------------------
 
 
-def test_write_sysctls_writes_only_changed_values(tmp_path, monkeypatch):
-    files = {"vm.overcommit_memory": tmp_path / "overcommit", "kernel.panic": tmp_path / "panic",
-             "kernel.panic_on_oops": tmp_path / "missing" / "oops", "vm.panic_on_oom": tmp_path}
-    files["vm.overcommit_memory"].write_text("1\n")
-    files["kernel.panic"].write_text("0   \n")  # equal after strip: must stay byte for byte as it is
-    monkeypatch.setattr(host, "sysctl_path", lambda name: files[name])
+def _proc_sys(root: Path, values: dict[str, str]) -> Path:
+    """A /proc/sys under `root` with a file per sysctl of `values` (name -> content)."""
+    proc_sys = root / "proc-sys"
+    proc_sys.mkdir()
+    for name, value in values.items():
+        path = host.sysctl_path(name, proc_sys)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(value)
+    return proc_sys
+
+
+def test_write_sysctls_writes_only_changed_values(tmp_path):
+    proc_sys = _proc_sys(tmp_path, {"vm.overcommit_memory": "1\n",
+                                    "kernel.panic": "0   \n"})  # equal after strip: must stay byte for byte as it is
+    (proc_sys / "vm" / "panic_on_oom").mkdir()  # kernel.panic_on_oops is missing
     failed = host.write_sysctls({"vm.overcommit_memory": "0", "kernel.panic": "0", "kernel.panic_on_oops": "1",
-                                 "vm.panic_on_oom": "0"})
-    assert files["vm.overcommit_memory"].read_text() == "0\n"
-    assert files["kernel.panic"].read_text() == "0   \n"
+                                 "vm.panic_on_oom": "0"}, proc_sys)
+    assert (proc_sys / "vm" / "overcommit_memory").read_text() == "0\n"
+    assert (proc_sys / "kernel" / "panic").read_text() == "0   \n"
     assert failed == ["sysctl kernel.panic_on_oops=1: No such file or directory",
                       "sysctl vm.panic_on_oom=0: Is a directory"]
 
 
-def test_read_sysctls_skips_what_the_kernel_lacks(tmp_path, monkeypatch):
-    (tmp_path / "kernel.panic").write_text("10\n")
-    (tmp_path / "net.ipv4.ip_forward").write_text("1\n")
-    monkeypatch.setattr(host, "sysctl_path", lambda name: tmp_path / name)
-    assert host.read_sysctls() == {"kernel.panic": "10", "net.ipv4.ip_forward": "1"}
+def test_read_sysctls_skips_what_the_kernel_lacks(tmp_path):
+    proc_sys = _proc_sys(tmp_path, {"kernel.panic": "10\n", "net.ipv4.ip_forward": "1\n"})
+    assert host.read_sysctls(proc_sys) == {"kernel.panic": "10", "net.ipv4.ip_forward": "1"}
 
 
 def test_sysctl_path():
@@ -293,15 +294,15 @@ def test_snapshot(tmp_path, monkeypatch):
     existing, absent = tmp_path / "run-containerd", tmp_path / "run-containerd-s"
     existing.mkdir()
     monkeypatch.setattr(host, "RUNTIME_DIRS", (absent, existing))
-    monkeypatch.setattr(host, "read_sysctls", lambda: {"kernel.panic": "0"})
+    proc_sys = _proc_sys(tmp_path, {"kernel.panic": "0\n"})
     def save(argv, **kwargs):  # iptables-save knows only the filter table; its one chain is named after it
         binary = Path(argv[0]).name.removesuffix("-save")
         return _completed(argv, stdout=f":{binary} - [0:0]\n") if argv[-1] == "filter" else _completed(argv, 1)
 
-    assert host.snapshot(Runner(run=save, which=lambda name: f"/sbin/{name}")) == {"sysctls": {"kernel.panic": "0"},
-                               "iptables": {"iptables": {"filter": [":iptables - [0:0]"]},
-                                            "ip6tables": {"filter": [":ip6tables - [0:0]"]}},
-                               "runtimeDirs": [str(existing)]}
+    assert host.snapshot(Runner(run=save, which=lambda name: f"/sbin/{name}"), proc_sys) == {
+        "sysctls": {"kernel.panic": "0"},
+        "iptables": {"iptables": {"filter": [":iptables - [0:0]"]}, "ip6tables": {"filter": [":ip6tables - [0:0]"]}},
+        "runtimeDirs": [str(existing)]}
 
 
 def test_restore_removes_only_empty_runtime_dirs_it_made(tmp_path, monkeypatch):
@@ -369,25 +370,24 @@ NONE = """\
     (NONE, "none", []),
     ("", "none", []),
 ], ids=["v2", "hybrid", "v1", "none", "empty"])
-def test_cgroup_layout(tmp_path, monkeypatch, mountinfo, expected_layout, expected_mounts):
+def test_cgroup_layout(tmp_path, mountinfo, expected_layout, expected_mounts):
     """Only cgroup mounts below /sys/fs/cgroup count (not the tmpfs above them, not another root's)."""
     (tmp_path / "mountinfo").write_text(mountinfo)
-    _fake_open(monkeypatch, cgroups, tmp_path / "mountinfo")
-    assert cgroups.hierarchies() == [Path(m) for m in expected_mounts]
-    assert cgroups.layout() == expected_layout
+    mounts = cgroups.hierarchies(mountinfo=tmp_path / "mountinfo")
+    assert mounts == [Path(m) for m in expected_mounts]
+    assert cgroups.layout_of(mounts) == expected_layout
 
 
-def test_cgroup_layout_without_mountinfo(tmp_path, monkeypatch):
-    _fake_open(monkeypatch, cgroups, tmp_path / "absent")
-    assert cgroups.hierarchies() == []
-    assert cgroups.layout() == "none"
+def test_cgroup_layout_without_mountinfo(tmp_path):
+    assert cgroups.hierarchies(mountinfo=tmp_path / "absent") == []
+    assert cgroups.layout_of([]) == "none"
 
 
 def test_cgroup_parent_name():
     assert cgroups.parent_name(NODE_ID) == "dra-harness-0123abcd"
 
 
-def test_cgroup_create_v1_copies_cpuset(tmp_path, monkeypatch):
+def test_cgroup_create_v1_copies_cpuset(tmp_path):
     """A new v1 cpuset cgroup has no CPUs: it gets its parent's, or no task could run in it."""
     cpuset, memory = tmp_path / "cpuset", tmp_path / "memory"
     for mount in (cpuset, memory):
@@ -396,42 +396,38 @@ def test_cgroup_create_v1_copies_cpuset(tmp_path, monkeypatch):
     (cpuset / "cpuset.mems").write_text("0\n")
     (cpuset / "dra-harness-0123abcd" / "cpuset.cpus").write_text("\n")
     (cpuset / "dra-harness-0123abcd" / "cpuset.mems").write_text("")
-    monkeypatch.setattr(cgroups, "hierarchies", lambda root=cgroups.CGROUP_ROOT: [cpuset, memory])
-    assert cgroups.create(NODE_ID) == [cpuset / "dra-harness-0123abcd", memory / "dra-harness-0123abcd"]
+    assert cgroups.create(NODE_ID, [cpuset, memory]) == [cpuset / "dra-harness-0123abcd",
+                                                         memory / "dra-harness-0123abcd"]
     assert (cpuset / "dra-harness-0123abcd" / "cpuset.cpus").read_text() == "0-7\n"
     assert (cpuset / "dra-harness-0123abcd" / "cpuset.mems").read_text() == "0\n"
     assert list((memory / "dra-harness-0123abcd").iterdir()) == []  # no cpuset files there: nothing written
 
 
-def test_cgroup_create_v2_delegates_controllers(tmp_path, monkeypatch):
+def test_cgroup_create_v2_delegates_controllers(tmp_path):
     root = tmp_path / "cgroup"
     (root / "dra-harness-0123abcd").mkdir(parents=True)
     (root / "dra-harness-0123abcd" / "cgroup.controllers").write_text("cpu memory pids\n")
-    monkeypatch.setattr(cgroups, "CGROUP_ROOT", root)
-    monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [tmp_path / "cgroup"])
-    assert cgroups.create(NODE_ID) == [root / "dra-harness-0123abcd"]
+    assert cgroups.create(NODE_ID, [tmp_path / "cgroup"], root=root) == [root / "dra-harness-0123abcd"]
     assert (root / "dra-harness-0123abcd" / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
 
 
-def test_cgroup_pids_and_existing(tmp_path, monkeypatch):
+def test_cgroup_pids_and_existing(tmp_path):
     memory, cpu = tmp_path / "memory", tmp_path / "cpu"
     (memory / "dra-harness-0123abcd" / "kubepods" / "pod1").mkdir(parents=True)
     cpu.mkdir()
     (memory / "dra-harness-0123abcd" / "cgroup.procs").write_text("")
     (memory / "dra-harness-0123abcd" / "kubepods" / "pod1" / "cgroup.procs").write_text("101\n102\n")
     (memory / "dra-harness-0123abcd" / "kubepods" / "cgroup.procs").write_text("102\nnot-a-pid\n")
-    monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [cpu, memory])
-    assert cgroups.existing(NODE_ID) == [memory / "dra-harness-0123abcd"]
-    assert cgroups.pids(NODE_ID) == {101, 102}  # a file that does not parse is skipped whole
+    assert cgroups.existing(NODE_ID, [cpu, memory]) == [memory / "dra-harness-0123abcd"]
+    assert cgroups.pids(NODE_ID, [cpu, memory]) == {101, 102}  # a file that does not parse is skipped whole
 
 
 def test_cgroup_remove_deepest_first(tmp_path, monkeypatch):
     memory = tmp_path / "memory"
     for sub in ("kubepods/burstable/pod1/c1", "kubepods/besteffort", "kubepods/pod2"):
         (memory / "dra-harness-0123abcd" / sub).mkdir(parents=True)
-    monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [memory])
     monkeypatch.setattr(cgroups.os, "kill", lambda pid, sig: pytest.fail(f"kill({pid}) with no pids"))
-    assert cgroups.remove(NODE_ID, timeout=0) == []
+    assert cgroups.remove(NODE_ID, timeout=0, mounts=[memory]) == []
     assert list(memory.iterdir()) == []
 
 
@@ -442,7 +438,6 @@ def test_cgroup_remove_and_pids_survive_cgroups_that_vanish_meanwhile(tmp_path, 
     top = memory / "dra-harness-0123abcd"
     gone = top / "kubepods" / "besteffort" / "pod1" / "c1"
     gone.mkdir(parents=True)
-    monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [memory])
     real_scandir = os.scandir
 
     def scandir(path="."):
@@ -452,17 +447,17 @@ def test_cgroup_remove_and_pids_survive_cgroups_that_vanish_meanwhile(tmp_path, 
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    assert cgroups.pids(NODE_ID) == set()
-    assert cgroups.remove(NODE_ID, timeout=0) == []
+    assert cgroups.pids(NODE_ID, [memory]) == set()
+    assert cgroups.remove(NODE_ID, timeout=0, mounts=[memory]) == []
     assert list(memory.iterdir()) == []
 
 
-def test_cgroup_remove_reports_what_is_left(tmp_path, monkeypatch):
+def test_cgroup_remove_reports_what_is_left(tmp_path):
     memory = tmp_path / "memory"
     (memory / "dra-harness-0123abcd" / "kubepods").mkdir(parents=True)
     (memory / "dra-harness-0123abcd" / "stuck").write_text("")  # rmdir fails like a busy cgroup
-    monkeypatch.setattr(cgroups, "hierarchies", lambda root=None: [memory])
-    assert cgroups.remove(NODE_ID, timeout=0) == [f"cgroup {memory / 'dra-harness-0123abcd'}: Directory not empty"]
+    assert cgroups.remove(NODE_ID, timeout=0, mounts=[memory]) == [
+        f"cgroup {memory / 'dra-harness-0123abcd'}: Directory not empty"]
     assert not (memory / "dra-harness-0123abcd" / "kubepods").exists()
 
 
@@ -728,19 +723,19 @@ def test_clusters_of_other_state_directories_get_other_subnets(tmp_path, monkeyp
     neither, and here both nodes' ids even start at the same subnet of the pool. The reservation
     keeps them apart; once a cluster is removed, its subnet is free again."""
     monkeypatch.setattr(reservations, "directory", lambda: tmp_path / "reservations")
-    monkeypatch.setattr(node.network, "used_networks", lambda: [])
     monkeypatch.setattr(node, "node_id", lambda directory, name: NODE_ID)
+    no_routes = Runner(run=lambda argv, **kwargs: _completed(argv, stdout="[]"))  # `ip -j route` / `ip -j addr`
     first, second = (SimpleNamespace(directory=tmp_path / "state-a" / "clusters" / "c"),
                      SimpleNamespace(directory=tmp_path / "state-b" / "clusters" / "c"))
     first.directory.mkdir(parents=True)
     second.directory.mkdir(parents=True)
     specs = [node.RealNodeSpec("real-node-0"), node.RealNodeSpec("real-node-1")]
-    ours = node._reserve_subnets(first, specs)
-    theirs = node._reserve_subnets(second, specs)
+    ours = node._reserve_subnets(first, specs, no_routes)
+    theirs = node._reserve_subnets(second, specs, no_routes)
     assert len(set(ours + theirs)) == 4, (ours, theirs)
     assert ours[0] == network.choose_subnet(NODE_ID, [])
     reservations.release(first.directory)
-    assert node._reserve_subnets(SimpleNamespace(directory=second.directory), specs[:1]) == [ours[0]]
+    assert node._reserve_subnets(SimpleNamespace(directory=second.directory), specs[:1], no_routes) == [ours[0]]
 
 
 # --- teardown -------------------------------------------------------------------------------------
@@ -760,9 +755,9 @@ MOUNTINFO = """\
 
 
 @pytest.fixture
-def mountinfo(tmp_path, monkeypatch):
+def mountinfo(tmp_path) -> Path:
     (tmp_path / "mountinfo").write_text(MOUNTINFO)
-    _fake_open(monkeypatch, teardown, tmp_path / "mountinfo")
+    return tmp_path / "mountinfo"
 
 
 def test_mounts_under_deepest_first(mountinfo):
@@ -773,16 +768,15 @@ def test_mounts_under_deepest_first(mountinfo):
         f"{abc}/kubelet/pods/p1/volumes/kubernetes.io~empty-dir/a b",
         f"{abc}/kubelet", f"{abc}/kubelet",  # the kubelet's bind mount on itself: one entry per layer
         abc)]
-    assert teardown.mounts_under(Path(abc)) == expected
-    assert teardown.mounts_under(Path(abc + "/")) == expected
-    assert teardown.mounts_under(Path("/var/lib/dra-harness/abc2")) == [Path("/var/lib/dra-harness/abc2/kubelet"),
-                                                                        Path("/var/lib/dra-harness/abc2")]
-    assert teardown.mounts_under(Path("/var/lib/dra-harness/none")) == []
+    assert teardown.mounts_under(Path(abc), mountinfo) == expected
+    assert teardown.mounts_under(Path(abc + "/"), mountinfo) == expected
+    assert teardown.mounts_under(Path("/var/lib/dra-harness/abc2"), mountinfo) == [
+        Path("/var/lib/dra-harness/abc2/kubelet"), Path("/var/lib/dra-harness/abc2")]
+    assert teardown.mounts_under(Path("/var/lib/dra-harness/none"), mountinfo) == []
 
 
-def test_mounts_under_without_mountinfo(tmp_path, monkeypatch):
-    _fake_open(monkeypatch, teardown, tmp_path / "absent")
-    assert teardown.mounts_under(Path("/var/lib/dra-harness/abc")) == []
+def test_mounts_under_without_mountinfo(tmp_path):
+    assert teardown.mounts_under(Path("/var/lib/dra-harness/abc"), tmp_path / "absent") == []
 
 
 def test_unmount_all_falls_back_to_lazy(monkeypatch):
@@ -840,53 +834,44 @@ def _cni_dir(path: Path, plugins_present=noderuntime.CNI_PLUGINS) -> Path:
     return path
 
 
-def test_find_cni_dir(tmp_path, monkeypatch):
+def test_find_cni_dir(tmp_path):
     partial = _cni_dir(tmp_path / "partial", ("bridge", "host-local"))
     complete = _cni_dir(tmp_path / "complete")
-    monkeypatch.setattr(noderuntime, "CNI_DIR_CANDIDATES", (str(tmp_path / "absent"), str(partial), str(complete)))
-    assert noderuntime.find_cni_dir() == complete
-    monkeypatch.setattr(noderuntime, "CNI_DIR_CANDIDATES", (str(partial),))
-    assert noderuntime.find_cni_dir() is None  # no loopback: pods would have no lo
+    assert noderuntime.find_cni_dir((str(tmp_path / "absent"), str(partial), str(complete))) == complete
+    assert noderuntime.find_cni_dir((str(partial),)) is None  # no loopback: pods would have no lo
 
 
-def test_find_runc(tmp_path, monkeypatch):
+def test_find_runc(tmp_path):
     runc = tmp_path / "sbin" / "runc"
     runc.parent.mkdir()
     runc.write_bytes(b"\x7fELF")
-    monkeypatch.setattr(noderuntime, "RUNC_CANDIDATES", (str(tmp_path / "bin" / "runc"), str(runc)))
-    assert noderuntime.find_runc(which=lambda name: None) == runc
+    candidates = (str(tmp_path / "bin" / "runc"), str(runc))
+    assert noderuntime.find_runc(which=lambda name: None, candidates=candidates) == runc
     on_path = tmp_path / "path-runc"
     on_path.write_bytes(b"\x7fELF")
-    assert noderuntime.find_runc(which=lambda name: str(on_path)) == on_path  # PATH first
-    monkeypatch.setattr(noderuntime, "RUNC_CANDIDATES", ())
-    assert noderuntime.find_runc(which=lambda name: None) is None
+    assert noderuntime.find_runc(which=lambda name: str(on_path), candidates=candidates) == on_path  # PATH first
+    assert noderuntime.find_runc(which=lambda name: None, candidates=()) is None
 
 
-def test_host_tools_missing_names_each_tool(monkeypatch):
-    monkeypatch.setattr(noderuntime, "find_runc", lambda: None)
-    monkeypatch.setattr(noderuntime, "find_cni_dir", lambda: None)
-    monkeypatch.setattr(images, "find_busybox", lambda: None)
-    assert noderuntime.host_tools_missing() == [
+def test_host_tools_missing_names_each_tool():
+    assert noderuntime.host_tools_missing(runc=None, cni_dir=None, busybox=None) == [
         "runc (the OCI runtime containerd starts containers with)",
         "CNI plugins bridge, host-local, loopback (in one of /usr/lib/cni, /opt/cni/bin, /usr/libexec/cni)",
         "a statically linked busybox (the test image's shell)"]
 
 
-def test_host_tools_missing_when_complete(monkeypatch, tmp_path):
-    monkeypatch.setattr(noderuntime, "find_runc", lambda: tmp_path)
-    monkeypatch.setattr(noderuntime, "find_cni_dir", lambda: tmp_path)
-    monkeypatch.setattr(images, "find_busybox", lambda: tmp_path)
-    assert noderuntime.host_tools_missing() == []
+def test_host_tools_missing_when_complete(tmp_path):
+    assert noderuntime.host_tools_missing(runc=tmp_path, cni_dir=tmp_path, busybox=tmp_path) == []
 
 
 def test_ensure_fails_before_building_when_tools_are_missing(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(noderuntime, "host_tools_missing", lambda: ["runc (x)", "a statically linked busybox (y)"])
     monkeypatch.setattr(noderuntime, "cache_dir", lambda version=None: pytest.fail("looked at the cache"))
     with pytest.raises(BinariesError) as caught:
-        noderuntime.ensure()
-    assert caught.value.message == ("a real node needs tools this machine lacks: runc (x); "
-                                    "a statically linked busybox (y)")
+        noderuntime.ensure(find_tools=lambda: (None, Path("/usr/lib/cni"), None))  # no runc, no busybox
+    assert caught.value.message == ("a real node needs tools this machine lacks: "
+                                    "runc (the OCI runtime containerd starts containers with); "
+                                    "a statically linked busybox (the test image's shell)")
     assert caught.value.hint == "on Debian/Ubuntu: apt-get install runc containernetworking-plugins busybox-static"
     assert not (tmp_path / "cache").exists()
 
@@ -895,7 +880,7 @@ def test_the_built_runtime_needs_none_of_the_hosts_tools(tmp_path, monkeypatch):
     """The kind node image takes containerd and pause from here, runc and CNI from its own packages:
     a machine without runc, CNI plugins or busybox still builds them (it failed a cold kind run)."""
     monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(noderuntime, "host_tools_missing", lambda: pytest.fail("looked for the host's tools"))
+    monkeypatch.setattr(noderuntime, "find_host_tools", lambda: pytest.fail("looked for the host's tools"))
     monkeypatch.setattr(gobuild, "require_go", lambda: None)
 
     def go_install(packages, flags, cwd, work, reporter, title, verb="build", extra_env=None):
@@ -925,63 +910,120 @@ ROOT_PROBLEM = ("a real node needs root (the kubelet and containerd mount filesy
                 "namespaces and a bridge): run as root, or use --real-nodes 0 / the kind backend")
 
 
-@pytest.fixture
-def capable_machine(tmp_path, monkeypatch):
-    """A machine that passes every check; tests break one thing at a time."""
-    sysctls = tmp_path / "sysctl"
-    sysctls.mkdir()
-    monkeypatch.setattr(preflight.platform, "system", lambda: "Linux")
-    monkeypatch.setattr(preflight.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(preflight.cgroups, "layout", lambda: "v1")
-    monkeypatch.setattr(preflight, "_filesystems", lambda: "nodev\tsysfs\nnodev\toverlay\n")
-    monkeypatch.setattr(preflight.noderuntime, "host_tools_missing", lambda: [])
-    monkeypatch.setattr(preflight.host, "sysctl_path", lambda name: sysctls / name)
-    monkeypatch.setattr(preflight.inotify, "shortfalls", lambda nodes, **kwargs: [])
-    monkeypatch.setenv(layout.NODE_ROOT_ENV, str(tmp_path / "nodes"))
-    return tmp_path
+def _facts(**overrides) -> HostFacts:
+    """A machine that passes every check (cgroup v1, overlayfs, every tool, room for the nodes);
+    `overrides` break one thing at a time."""
+    capable = HostFacts(system="Linux", euid=0,
+                        cgroup_hierarchies=(Path("/sys/fs/cgroup/cpu,cpuacct"), Path("/sys/fs/cgroup/memory")),
+                        filesystems=frozenset({"sysfs", "overlay"}), missing_commands=(),
+                        runc=Path("/usr/sbin/runc"), cni_dir=Path("/usr/lib/cni"), busybox=Path("/bin/busybox"),
+                        read_only_sysctls=frozenset(),
+                        inotify_limits={inotify.INSTANCES: 8192, inotify.WATCHES: 524288},
+                        inotify_usage=inotify.Usage(instances=0, watches=0),
+                        node_root=Path("/var/lib/dra-harness"), node_root_blocked_by=None)
+    return replace(capable, **overrides)
 
 
-TOOLS_FOUND = Runner(which=lambda name: f"/usr/bin/{name}")  # every program installed
+def test_preflight_passes_on_a_capable_machine():
+    assert _facts().cgroup_layout == "v1"
+    assert preflight.problems_of(_facts()) == []
 
 
-def test_preflight_passes_on_a_capable_machine(capable_machine):
-    assert preflight.problems(runner=TOOLS_FOUND) == []
-    assert not (capable_machine / "nodes").exists()  # a check only: nothing is created
-
-
-def test_preflight_needs_root(capable_machine, monkeypatch):
-    monkeypatch.setattr(preflight.os, "geteuid", lambda: 1000)
-    assert preflight.problems(runner=TOOLS_FOUND) == [ROOT_PROBLEM]
+def test_preflight_needs_root():
+    assert preflight.problems_of(_facts(euid=1000)) == [ROOT_PROBLEM]
     assert "root" in ROOT_PROBLEM and "--real-nodes 0" in ROOT_PROBLEM
 
 
-def test_preflight_needs_linux(capable_machine, monkeypatch):
-    monkeypatch.setattr(preflight.platform, "system", lambda: "Darwin")
-    assert preflight.problems(runner=TOOLS_FOUND) == ["a real node needs Linux (this is Darwin)"]
+def test_preflight_needs_linux():
+    assert preflight.problems_of(_facts(system="Darwin")) == ["a real node needs Linux (this is Darwin)"]
 
 
-def test_preflight_lists_every_problem(capable_machine, monkeypatch):
-    monkeypatch.setattr(preflight.cgroups, "layout", lambda: "none")
-    monkeypatch.setattr(preflight, "_filesystems", lambda: "nodev\tsysfs\n")
-    monkeypatch.setattr(preflight.noderuntime, "host_tools_missing", lambda: ["runc (x)"])
-    blocker = capable_machine / "file"
-    blocker.write_text("")
-    monkeypatch.setenv(layout.NODE_ROOT_ENV, str(blocker / "nodes"))
-    assert preflight.problems(runner=Runner(which=lambda name: None)) == [
+def test_preflight_lists_every_problem(tmp_path):
+    blocker = tmp_path / "file"
+    facts = _facts(cgroup_hierarchies=(), filesystems=frozenset({"sysfs"}), missing_commands=("ip", "umount"),
+                   runc=None, node_root=blocker / "nodes", node_root_blocked_by=blocker)
+    assert preflight.problems_of(facts) == [
         "no cgroup hierarchy is mounted under /sys/fs/cgroup",
         "the kernel has no overlay filesystem (containerd's overlayfs snapshotter needs it)",
         "`ip` is not installed (Debian: iproute2 / mount)",
         "`umount` is not installed (Debian: iproute2 / mount)",
-        "missing: runc (x) (Debian: apt-get install runc containernetworking-plugins busybox-static)",
+        "missing: runc (the OCI runtime containerd starts containers with) "
+        "(Debian: apt-get install runc containernetworking-plugins busybox-static)",
         f"cannot create the node directory root {blocker / 'nodes'} ({blocker} is not a writable directory; "
         f"set DRA_HARNESS_NODE_ROOT to a short writable path)"]
 
 
-def test_preflight_read_only_sysctl(capable_machine, monkeypatch):
-    (capable_machine / "sysctl" / "kernel.panic").write_text("0\n")
-    monkeypatch.setattr(preflight.os, "access", lambda path, mode: Path(path).name != "kernel.panic")
-    assert preflight.problems(runner=TOOLS_FOUND) == [f"{capable_machine / 'sysctl' / 'kernel.panic'} is read-only here: "
-                                    "the kubelet must be able to set kernel.panic"]
+def test_preflight_read_only_sysctl():
+    assert preflight.problems_of(_facts(read_only_sysctls=frozenset({"kernel.panic"}))) == [
+        "/proc/sys/kernel/panic is read-only here: the kubelet must be able to set kernel.panic"]
+    # the CNI plugin's forwarding switch is not the kubelet's to set: no problem of the preflight
+    assert preflight.problems_of(_facts(read_only_sysctls=frozenset({"net.ipv4.ip_forward"}))) == []
+
+
+def test_preflight_names_an_inotify_limit_it_cannot_raise():
+    """120 of 128 instances are in use: one node and the control plane still to start (before `up` starts
+    anything it counts too) need 32 more. Where the limit is writable host.acquire raises it."""
+    crowded = _facts(inotify_limits={inotify.INSTANCES: 128, inotify.WATCHES: 524288},
+                     inotify_usage=inotify.Usage(instances=120, watches=0))
+    short = inotify.Shortfall(inotify.INSTANCES, limit=128, used=120,
+                              needed=inotify.PER_NODE[inotify.INSTANCES] + inotify.CONTROL_PLANE[inotify.INSTANCES])
+    assert str(short) not in preflight.problems_of(crowded, 1)  # root may raise it: host.acquire will
+    read_only = replace(crowded, read_only_sysctls=frozenset({inotify.INSTANCES}))
+    assert preflight.problems_of(read_only, 1) == [str(short)]
+    assert str(short) not in preflight.problems_of(read_only, 0)
+
+
+def test_two_machines_two_answers():
+    """The answer is the facts' alone: the same call on a capable machine and on a user's laptop."""
+    laptop = _facts(euid=1000, cgroup_hierarchies=(Path("/sys/fs/cgroup"),), filesystems=frozenset({"ext4"}),
+                    runc=None, cni_dir=None)
+    assert laptop.cgroup_layout == "v2"
+    assert preflight.problems_of(_facts(), 2) == []
+    assert preflight.problems_of(laptop, 2) == [
+        ROOT_PROBLEM,
+        "the kernel has no overlay filesystem (containerd's overlayfs snapshotter needs it)",
+        "missing: runc (the OCI runtime containerd starts containers with) "
+        "(Debian: apt-get install runc containernetworking-plugins busybox-static)",
+        "missing: CNI plugins bridge, host-local, loopback (in one of /usr/lib/cni, /opt/cni/bin, /usr/libexec/cni) "
+        "(Debian: apt-get install runc containernetworking-plugins busybox-static)"]
+
+
+def test_host_facts_read_from_a_fake_proc(tmp_path, monkeypatch):
+    """The reader, against a /proc of the test's: each fact from where the checks used to look."""
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "mountinfo").write_text(HYBRID)
+    (proc / "filesystems").write_text("nodev\tsysfs\nnodev\toverlay\n\text4\n")
+    for name, value in {"kernel.panic": "0\n", "vm.overcommit_memory": "1\n", inotify.INSTANCES: "128\n"}.items():
+        path = host.sysctl_path(name, proc / "sys")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(value)
+    host.sysctl_path("vm.overcommit_memory", proc / "sys").chmod(0o444)
+    monkeypatch.setenv(layout.NODE_ROOT_ENV, str(tmp_path / "nodes"))
+    without_umount = Runner(which=lambda name: None if name == "umount" else f"/usr/bin/{name}")
+
+    facts = HostFacts.read(without_umount, proc=proc)
+    assert (facts.system, facts.euid) == (platform.system(), os.geteuid())
+    assert facts.cgroup_hierarchies == tuple(Path(f"/sys/fs/cgroup/{m}")
+                                             for m in ("cpu,cpuacct", "memory", "systemd", "unified"))
+    assert facts.cgroup_layout == "hybrid"
+    assert facts.filesystems == {"sysfs", "overlay", "ext4"}
+    assert facts.missing_commands == ("umount",)
+    assert (facts.runc, facts.cni_dir, facts.busybox) == noderuntime.find_host_tools()  # this machine's
+    # root may write a read-only file (os.access says so too); any other user may not
+    assert facts.read_only_sysctls == (set() if os.geteuid() == 0 else {"vm.overcommit_memory"})
+    assert facts.inotify_limits == {inotify.INSTANCES: 128}  # this kernel has no max_user_watches
+    assert facts.inotify_usage == inotify.Usage(0, 0)  # no process in this /proc
+    assert (facts.node_root, facts.node_root_blocked_by) == (tmp_path / "nodes", None)
+    assert not (tmp_path / "nodes").exists()  # a check only: nothing is created
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(layout.NODE_ROOT_ENV, str(blocker / "nodes"))
+    assert HostFacts.read(without_umount, proc=proc).node_root_blocked_by == blocker
+    (tmp_path / "empty-proc").mkdir()
+    bare = HostFacts.read(without_umount, proc=tmp_path / "empty-proc")
+    assert (bare.cgroup_layout, bare.filesystems, bare.inotify_limits) == ("none", frozenset(), {})
 
 
 def test_kubelet_restart_waits_for_the_nodes_other_users_and_needs_the_recorded_command_line(tmp_path):

@@ -166,15 +166,13 @@ def test_is_static(tmp_path):
     assert images.is_static(tmp_path) is False  # a directory: read_bytes fails
 
 
-def test_find_busybox_takes_the_first_static_candidate(tmp_path, monkeypatch):
+def test_find_busybox_takes_the_first_static_candidate(tmp_path):
     dynamic = tmp_path / "a"
     dynamic.write_bytes(b"\x7fELF" + b"/lib64/ld-linux-x86-64.so.2")
     static = tmp_path / "b"
     static.write_bytes(b"\x7fELF" + b"\0" * 64)
-    monkeypatch.setattr(images, "BUSYBOX_CANDIDATES", (str(tmp_path / "missing"), str(dynamic), str(static)))
-    assert images.find_busybox() == static
-    monkeypatch.setattr(images, "BUSYBOX_CANDIDATES", (str(dynamic),))
-    assert images.find_busybox() is None
+    assert images.find_busybox((str(tmp_path / "missing"), str(dynamic), str(static))) == static
+    assert images.find_busybox((str(dynamic),)) is None
 
 
 def test_busybox_applets_parses_the_list(tmp_path):

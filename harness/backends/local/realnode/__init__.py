@@ -1,7 +1,8 @@
 """Real nodes for the local backend: a kubelet v1.37.2 and containerd 2.x as local processes.
 
 One job per module:
-- preflight: can this machine host one (root, cgroups, overlayfs, runc, CNI plugins, busybox)?
+- hostfacts: what the machine offers (root, cgroups, overlayfs, runc, ...), read once into one record
+- preflight: can this machine host one? decided from its HostFacts alone
 - (where a node keeps its things, and its record in state.yaml: harness.core.nodelayout)
 - images: the pause and shell images, built here as OCI archives (there is no registry)
 - containerd, kubelet: configuration and command lines, as data

@@ -13,16 +13,18 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+MOUNTINFO = Path("/proc/self/mountinfo")
 
 
-def hierarchies(root: Path = CGROUP_ROOT) -> list[Path]:
+def hierarchies(root: Path = CGROUP_ROOT, mountinfo: Path = MOUNTINFO) -> list[Path]:
     """Mount points of the machine's cgroup hierarchies (v1 controllers, named ones, unified)."""
     found = []
     try:
-        with open("/proc/self/mountinfo") as handle:
+        with open(mountinfo) as handle:
             for line in handle:
                 fields = line.split()
                 fstype = fields[fields.index("-") + 1]
@@ -36,7 +38,12 @@ def hierarchies(root: Path = CGROUP_ROOT) -> list[Path]:
 
 def layout(root: Path = CGROUP_ROOT) -> str:
     """'v2', 'hybrid' or 'v1' (or 'none' when nothing is mounted)."""
-    mounts = hierarchies(root)
+    return layout_of(hierarchies(root), root)
+
+
+def layout_of(mounts: Sequence[Path], root: Path = CGROUP_ROOT) -> str:
+    """layout(), from hierarchies already read (HostFacts keeps them)."""
+    mounts = list(mounts)
     if mounts == [root]:
         return "v2"
     if not mounts:
@@ -48,10 +55,11 @@ def parent_name(node_id: str) -> str:
     return f"dra-harness-{node_id}"
 
 
-def create(node_id: str) -> list[Path]:
-    """Create the node's parent cgroup in every hierarchy; returns the directories made."""
+def create(node_id: str, mounts: Sequence[Path] | None = None, root: Path = CGROUP_ROOT) -> list[Path]:
+    """Create the node's parent cgroup in every hierarchy (`mounts`: the machine's, read when not
+    given; `root`: where a pure v2 hierarchy is mounted); returns the directories made."""
     made = []
-    for mount in hierarchies():
+    for mount in hierarchies() if mounts is None else mounts:
         directory = mount / parent_name(node_id)
         directory.mkdir(exist_ok=True)
         made.append(directory)
@@ -59,15 +67,17 @@ def create(node_id: str) -> list[Path]:
         for name in ("cpuset.cpus", "cpuset.mems"):
             if (directory / name).exists() and (mount / name).exists() and not (directory / name).read_text().strip():
                 (directory / name).write_text((mount / name).read_text())
-        if mount == CGROUP_ROOT:  # pure v2: let the kubelet's children use the controllers we have
+        if mount == root:  # pure v2: let the kubelet's children use the controllers we have
             controllers = (directory / "cgroup.controllers").read_text().split()
             if controllers:
                 (directory / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in controllers))
     return made
 
 
-def existing(node_id: str) -> list[Path]:
-    return [m / parent_name(node_id) for m in hierarchies() if (m / parent_name(node_id)).is_dir()]
+def existing(node_id: str, mounts: Sequence[Path] | None = None) -> list[Path]:
+    """The node's parent cgroups that exist, in the hierarchies `mounts` (the machine's when not given)."""
+    mounts = hierarchies() if mounts is None else mounts
+    return [m / parent_name(node_id) for m in mounts if (m / parent_name(node_id)).is_dir()]
 
 
 def _tree(top: Path) -> list[Path]:
@@ -87,25 +97,26 @@ def _pids(directory: Path) -> set[int]:
     return pids
 
 
-def pids(node_id: str) -> set[int]:
+def pids(node_id: str, mounts: Sequence[Path] | None = None) -> set[int]:
     found: set[int] = set()
-    for directory in existing(node_id):
+    for directory in existing(node_id, mounts):
         found |= _pids(directory)
     return found
 
 
-def remove(node_id: str, timeout: float = 10.0) -> list[str]:
+def remove(node_id: str, timeout: float = 10.0, mounts: Sequence[Path] | None = None) -> list[str]:
     """Kill what still runs in the node's cgroups and remove them; returns what is left."""
+    mounts = hierarchies() if mounts is None else mounts  # read once: the machine's hierarchies stay
     deadline = time.monotonic() + timeout
     while True:
-        remaining = pids(node_id)
+        remaining = pids(node_id, mounts)
         for pid in remaining:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         left = []
-        for top in existing(node_id):
+        for top in existing(node_id, mounts):
             # Deepest first: a cgroup directory can only be removed once it has no children.
             for directory in _tree(top):
                 try:

@@ -37,6 +37,7 @@ IPTABLES = ("iptables", "ip6tables")
 TABLES = ("filter", "nat", "mangle", "raw")
 # Directories under /run that containerd's shims create whatever their configuration says.
 RUNTIME_DIRS = (Path("/run/containerd/s"), Path("/run/containerd"))
+PROC_SYS = Path("/proc/sys")  # the kernel's parameters; the tests hand in a directory of their own
 
 
 # The machine's record, beside the default node root; fixed on purpose (see the module docstring).
@@ -51,27 +52,28 @@ def _lock_file() -> Path:
     return RECORD_DIR / "host-settings.lock"
 
 
-def sysctl_path(name: str) -> Path:
-    return Path("/proc/sys") / name.replace(".", "/")
+def sysctl_path(name: str, proc_sys: Path = PROC_SYS) -> Path:
+    return proc_sys / name.replace(".", "/")
 
 
-def read_sysctls() -> dict[str, str]:
+def read_sysctls(proc_sys: Path = PROC_SYS) -> dict[str, str]:
     values = {}
     for name in SYSCTLS:
         try:
-            values[name] = sysctl_path(name).read_text().strip()
+            values[name] = sysctl_path(name, proc_sys).read_text().strip()
         except OSError:
             continue  # not on this kernel
     return values
 
 
-def write_sysctls(values: dict[str, str]) -> list[str]:
+def write_sysctls(values: dict[str, str], proc_sys: Path = PROC_SYS) -> list[str]:
     """Write `values` back; returns the ones that could not be restored."""
     failed = []
     for name, value in values.items():
+        path = sysctl_path(name, proc_sys)
         try:
-            if sysctl_path(name).read_text().strip() != value:
-                sysctl_path(name).write_text(value + "\n")
+            if path.read_text().strip() != value:
+                path.write_text(value + "\n")
         except OSError as err:
             failed.append(f"sysctl {name}={value}: {err.strerror}")
     return failed
@@ -91,8 +93,8 @@ def iptables_rules(binary: str, runner: Runner | None = None) -> dict[str, list[
     return result
 
 
-def snapshot(runner: Runner | None = None) -> dict:
-    return {"sysctls": read_sysctls(), "iptables": {b: iptables_rules(b, runner) for b in IPTABLES},
+def snapshot(runner: Runner | None = None, proc_sys: Path = PROC_SYS) -> dict:
+    return {"sysctls": read_sysctls(proc_sys), "iptables": {b: iptables_rules(b, runner) for b in IPTABLES},
             "runtimeDirs": [str(d) for d in RUNTIME_DIRS if d.exists()]}
 
 

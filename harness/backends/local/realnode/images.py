@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,8 +108,9 @@ def oci_archive(spec: ImageSpec) -> bytes:
     return buffer.getvalue()
 
 
-def find_busybox() -> Path | None:
-    for candidate in BUSYBOX_CANDIDATES:
+def find_busybox(candidates: Sequence[str] = BUSYBOX_CANDIDATES) -> Path | None:
+    """The first statically linked busybox of `candidates` (a dynamic one cannot run in the image)."""
+    for candidate in candidates:
         path = Path(candidate)
         if path.is_file() and is_static(path):
             return path

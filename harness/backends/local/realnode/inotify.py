@@ -11,6 +11,7 @@ starts (and restores them with the other settings); preflight.py says what to ra
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,26 +42,27 @@ class Usage:
         return self.instances if sysctl == INSTANCES else self.watches
 
 
-def usage(uid: int) -> Usage:
+def usage(uid: int, proc: Path | None = None) -> Usage:
     """inotify instances and watches held by processes of `uid`, from their file descriptors
     (`anon_inode:inotify`) and fdinfo (one `inotify wd:` line per watch). A descriptor shared by
     several processes is counted once per process: an overestimate errs on the safe side."""
+    proc = proc or PROC  # looked up at the call: tests point PROC elsewhere
     instances = watches = 0
-    for entry in os.scandir(PROC):
+    for entry in os.scandir(proc):
         if not entry.name.isdigit():
             continue
         try:
             if entry.stat().st_uid != uid:  # /proc/<pid> belongs to the process's effective user
                 continue
-            fds = os.listdir(PROC / entry.name / "fd")
+            fds = os.listdir(proc / entry.name / "fd")
         except OSError:  # gone, or not ours to read
             continue
         for fd in fds:
             try:
-                if os.readlink(PROC / entry.name / "fd" / fd) != "anon_inode:inotify":
+                if os.readlink(proc / entry.name / "fd" / fd) != "anon_inode:inotify":
                     continue
                 instances += 1
-                with open(PROC / entry.name / "fdinfo" / fd) as info:
+                with open(proc / entry.name / "fdinfo" / fd) as info:
                     watches += sum(1 for line in info if line.startswith("inotify wd:"))
             except OSError:
                 continue
@@ -86,11 +88,17 @@ class Shortfall:
                 f"{self.needed} more; raise it, e.g. `sysctl -w {self.sysctl}={self.raise_to}`")
 
 
-def limit(sysctl: str) -> int | None:
+def limit(sysctl: str, proc: Path | None = None) -> int | None:
     try:
-        return int((PROC / "sys" / sysctl.replace(".", "/")).read_text())
+        return int(((proc or PROC) / "sys" / sysctl.replace(".", "/")).read_text())
     except (OSError, ValueError):
         return None  # not on this kernel
+
+
+def limits(proc: Path | None = None) -> dict[str, int]:
+    """Both limits, as far as the kernel has them."""
+    found = {sysctl: limit(sysctl, proc) for sysctl in (INSTANCES, WATCHES)}
+    return {sysctl: value for sysctl, value in found.items() if value is not None}
 
 
 def shortfalls(nodes: int, *, control_plane: bool = False, uid: int | None = None,
@@ -101,10 +109,20 @@ def shortfalls(nodes: int, *, control_plane: bool = False, uid: int | None = Non
     if nodes <= 0:
         return []
     used = usage(os.geteuid() if uid is None else uid)
+    current = {sysctl: limit(sysctl) for sysctl in (footprint or PER_NODE)}
+    return shortfalls_from(current, used, nodes, control_plane=control_plane, footprint=footprint)
+
+
+def shortfalls_from(current: Mapping[str, int | None], used: Usage, nodes: int, *, control_plane: bool = False,
+                    footprint: dict[str, int] | None = None) -> list[Shortfall]:
+    """shortfalls(), decided from limits and usage already read (preflight has them in its HostFacts);
+    a limit missing from `current`, or None, is one the kernel lacks: nothing to check."""
+    if nodes <= 0:
+        return []
     found = []
     for sysctl, per_node in (footprint or PER_NODE).items():
-        current = limit(sysctl)
+        limit_now = current.get(sysctl)
         needed = nodes * per_node + (CONTROL_PLANE[sysctl] if control_plane else 0)
-        if current is not None and current - used.of(sysctl) < needed:
-            found.append(Shortfall(sysctl, current, used.of(sysctl), needed))
+        if limit_now is not None and limit_now - used.of(sysctl) < needed:
+            found.append(Shortfall(sysctl, limit_now, used.of(sysctl), needed))
     return found

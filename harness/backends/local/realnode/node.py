@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from harness.backends.commands import Runner
 from harness.backends.local import kubeconfig, pki, ports, process, reservations, state
 from harness.backends.local.realnode import cgroups, containerd, host, images, kubelet, network
 from harness.binaries.noderuntime import NodeRuntime
@@ -49,11 +50,14 @@ def plan_record(cluster: state.ClusterState, spec: RealNodeSpec, subnet: ipaddre
                           healthz_port=allocated[f"kubelet-healthz-{spec.name}"])
 
 
-def _reserve_subnets(cluster: state.ClusterState, specs: list[RealNodeSpec]) -> list[ipaddress.IPv4Network]:
-    """A subnet per node that overlaps nothing the machine routes nor another cluster's reserved one,
-    chosen and reserved in one step: a bridge gets its address only when its node starts."""
+def _reserve_subnets(cluster: state.ClusterState, specs: list[RealNodeSpec],
+                     runner: Runner | None = None) -> list[ipaddress.IPv4Network]:
+    """A subnet per node that overlaps nothing the machine routes (`ip`, run by `runner`) nor another
+    cluster's reserved one, chosen and reserved in one step: a bridge gets its address only when its
+    node starts."""
     with reservations.open_book() as book:
-        used = network.used_networks() + network.reserved_subnets(book.taken_keys(network.RESERVATION_PREFIX))
+        # The routes are read here, under the book's lock, not once beforehand: they are what counts now.
+        used = network.used_networks(runner) + network.reserved_subnets(book.taken_keys(network.RESERVATION_PREFIX))
         chosen = []
         for spec in specs:
             subnet = network.choose_subnet(node_id(cluster.directory, spec.name), used)

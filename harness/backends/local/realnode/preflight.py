@@ -1,57 +1,48 @@
 """Can this machine run a real node? Every check, each failure with what to do about it.
 
 Run before anything is built or started, so a machine that cannot host a kubelet gets one clear
-message and keeps its state unchanged.
+message and keeps its state unchanged. The checks decide from the machine's HostFacts alone
+(problems_of); problems() reads them first.
 """
 
 from __future__ import annotations
 
-import os
-import platform
-from pathlib import Path
-
 from harness.backends.commands import Runner
-from harness.backends.local.realnode import cgroups, host, inotify
+from harness.backends.local.realnode import host, inotify
+from harness.backends.local.realnode.hostfacts import HostFacts
 from harness.binaries import noderuntime
-from harness.core.nodelayout import node_root
 
 
 def problems(real_nodes: int = 1, runner: Runner | None = None) -> list[str]:
     """Everything that keeps this machine from running `real_nodes` more real nodes (empty: it can)."""
-    runner = runner or Runner()
+    return problems_of(HostFacts.read(runner), real_nodes)
+
+
+def problems_of(facts: HostFacts, real_nodes: int = 1) -> list[str]:
+    """Everything that keeps a machine with `facts` from running `real_nodes` more real nodes (empty: it can)."""
     found = []
-    if platform.system() != "Linux":
-        return [f"a real node needs Linux (this is {platform.system()})"]
-    if os.geteuid() != 0:
+    if facts.system != "Linux":
+        return [f"a real node needs Linux (this is {facts.system})"]
+    if facts.euid != 0:
         found.append("a real node needs root (the kubelet and containerd mount filesystems, create cgroups, "
                      "network namespaces and a bridge): run as root, or use --real-nodes 0 / the kind backend")
-    layout = cgroups.layout()
-    if layout == "none":
+    if facts.cgroup_layout == "none":
         found.append("no cgroup hierarchy is mounted under /sys/fs/cgroup")
-    if "overlay" not in _filesystems():
+    if "overlay" not in facts.filesystems:
         found.append("the kernel has no overlay filesystem (containerd's overlayfs snapshotter needs it)")
-    for tool in ("ip", "umount"):
-        if not runner.which(tool):
-            found.append(f"`{tool}` is not installed (Debian: iproute2 / mount)")
+    for tool in facts.missing_commands:
+        found.append(f"`{tool}` is not installed (Debian: iproute2 / mount)")
     found += [f"missing: {m} (Debian: apt-get install {noderuntime.DEBIAN_PACKAGES})"
-              for m in noderuntime.host_tools_missing()]
+              for m in facts.host_tools_missing]
     for name in host.SYSCTLS[:4]:
-        path = host.sysctl_path(name)
-        if path.exists() and not os.access(path, os.W_OK):
-            found.append(f"{path} is read-only here: the kubelet must be able to set {name}")
-    # Checked with the control plane yet to start; host.acquire raises the limits where it may write them.
-    for short in inotify.shortfalls(real_nodes, control_plane=True):
-        if not os.access(host.sysctl_path(short.sysctl), os.W_OK):
+        if name in facts.read_only_sysctls:
+            found.append(f"{host.sysctl_path(name)} is read-only here: the kubelet must be able to set {name}")
+    # Checked with the control plane yet to start; host.acquire raises the limits where it may write them
+    # (a limit that was read exists: read-only is what keeps it from being written).
+    for short in inotify.shortfalls_from(facts.inotify_limits, facts.inotify_usage, real_nodes, control_plane=True):
+        if short.sysctl in facts.read_only_sysctls:
             found.append(str(short))
-    existing = next(p for p in [node_root(), *node_root().parents] if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK):  # checked without creating anything
-        found.append(f"cannot create the node directory root {node_root()} ({existing} is not a writable "
-                     f"directory; set DRA_HARNESS_NODE_ROOT to a short writable path)")
+    if facts.node_root_blocked_by is not None:
+        found.append(f"cannot create the node directory root {facts.node_root} ({facts.node_root_blocked_by} is "
+                     f"not a writable directory; set DRA_HARNESS_NODE_ROOT to a short writable path)")
     return found
-
-
-def _filesystems() -> str:
-    try:
-        return Path("/proc/filesystems").read_text()
-    except OSError:
-        return ""

@@ -22,14 +22,15 @@ from harness.backends.local.realnode import cgroups, host, network
 from harness.core.nodelayout import RealNodeRecord, node_root, records
 
 GRACE_SECONDS = 5.0
+MOUNTINFO = Path("/proc/self/mountinfo")
 
 
-def mounts_under(directory: Path) -> list[Path]:
+def mounts_under(directory: Path, mountinfo: Path = MOUNTINFO) -> list[Path]:
     """Mount points at or below `directory`, deepest first."""
     prefix = str(directory).rstrip("/")
     found = []
     try:
-        with open("/proc/self/mountinfo") as handle:
+        with open(mountinfo) as handle:
             for line in handle:
                 # mountinfo escapes space, tab, newline and backslash as \ooo octal
                 point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4])
