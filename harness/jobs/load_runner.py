@@ -29,9 +29,8 @@ import yaml
 from fake_devices.config import PROFILE_LABEL
 from harness import backends
 from harness.backends.base import ClusterSpec
-from harness.backends.local import process
 from harness.config import cluster as cluster_config
-from harness.core import conditions
+from harness.core import conditions, proctime
 from harness.core.errors import ConfigError, HarnessError, InvalidInput, Problem
 from harness.core.progress import Reporter
 from harness.jobs import load_guest, report
@@ -136,7 +135,7 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = 
     else:
         info = backend.up(ClusterSpec(name=name, definition=_definition(params, work),
                                       feature_gates=f"SchedulerPreQueueingHints={str(hints is not False).lower()}",
-                                      owner=None if keep_cluster else process.identity()))
+                                      owner=None if keep_cluster else proctime.identity()))
     try:
         guest = None
         try:

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from harness import backends
 from harness.backends.base import Backend, ClusterSpec
-from harness.backends.local import process
 from harness.binaries import Versions
 from harness.config import cluster as cluster_config
 from harness.config.cluster import ClusterDefinition
+from harness.core import proctime
 from harness.core.errors import ConfigError, HarnessError, Problem
 from harness.core.progress import Reporter
 from harness.core.records import ClusterInfo, write_cluster
@@ -133,7 +133,7 @@ def plan(options: ConformanceOptions) -> Plan:
                               nodes=options.nodes, preset=options.preset, feature_gates=options.feature_gates,
                               definition=result.definition, real_nodes=result.real_nodes, versions=versions,
                               binaries_dir=options.binaries_dir,
-                              owner=None if options.keep_cluster else process.identity())
+                              owner=None if options.keep_cluster else proctime.identity())
     backend(None).check(result.spec)
     return result
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness import backends
 from harness.backends.base import ClusterSpec
-from harness.backends.local import process
+from harness.core import proctime
 from harness.core.errors import HarnessError
 from harness.core.files import write_atomic
 from harness.core.locking import file_lock
@@ -60,7 +60,7 @@ def new_shared_dir() -> Path:
     before their clean-up (owner gone) are removed."""
     remove_stale_shared_dirs()
     shared = Path(tempfile.mkdtemp(prefix=SHARED_PREFIX))
-    write_atomic(shared / OWNER_FILE, json.dumps(process.identity()))
+    write_atomic(shared / OWNER_FILE, json.dumps(proctime.identity()))
     return shared
 
 
@@ -74,8 +74,7 @@ def remove_stale_shared_dirs(root: Path | None = None) -> list[Path]:
                 continue
             owner = candidate / OWNER_FILE
             if owner.is_file():
-                fields = process.identity_fields(json.loads(owner.read_text() or "{}"))
-                stale = not process.alive(process.Running("pytest controller", **fields))
+                stale = not proctime.identity_running(json.loads(owner.read_text() or "{}"))
             else:
                 stale = time.time() - candidate.stat().st_mtime > LEGACY_AGE
         except (OSError, ValueError):

@@ -205,3 +205,19 @@ def test_an_old_record_without_a_start_offset_is_judged_by_wall_clock(clusters, 
     assert process.alive(process.Running("old", **process.identity_fields({"pid": other.pid, "createTime": created})))
     assert not process.alive(process.Running("old", **process.identity_fields({"pid": other.pid,
                                                                                "createTime": created - 100})))
+
+
+def test_an_identity_record_names_its_process_while_it_runs_and_no_later_one(spawned):
+    """harness.core.proctime: what the pytest session's shared directory and a cluster's owner record
+    hold; a record of a process that has exited, or a malformed one, names no running process."""
+    from harness.core import proctime
+
+    child = spawned()
+    record = proctime.identity(child.pid)
+    assert proctime.identity_running(record)
+    assert proctime.identity_running(proctime.identity())  # this process
+    assert not proctime.identity_running({**record, "startedAfterBoot": record["startedAfterBoot"] + 5})  # a later one
+    child.kill()
+    child.wait()
+    assert not proctime.identity_running(record)
+    assert not proctime.identity_running({"pid": "x"}) and not proctime.identity_running({})

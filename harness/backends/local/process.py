@@ -82,11 +82,7 @@ def recorded(cluster_dir: Path) -> dict[str, Running]:
     return result
 
 
-def identity(pid: int | None = None) -> dict:
-    """What tells a process apart from a later one with the same pid, for state files."""
-    proc = psutil.Process(pid)
-    return {"pid": proc.pid, "createTime": proc.create_time(), "startedAfterBoot": proctime.started_after_boot(proc.pid),
-            "bootId": proctime.boot_id()}
+identity = proctime.identity  # process.identity(): for this backend's records, as before
 
 
 def identity_fields(data: dict) -> dict:
@@ -104,16 +100,7 @@ def alive(running: Running) -> bool:
         return False
     if running.popen is not None:  # our own child: its pid cannot be reused before we reap it
         return running.popen.poll() is None
-    try:
-        proc = psutil.Process(running.pid)
-        if running.started_after_boot is not None and running.boot_id:
-            same = running.boot_id == proctime.boot_id() and \
-                proctime.same_start(running.started_after_boot, proctime.started_after_boot(running.pid))
-        else:  # a record from before start offsets were kept: wall clock, which a clock step moves
-            same = abs(proc.create_time() - running.create_time) < 1.0
-        return same and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return proctime.is_running(running.pid, running.create_time, running.started_after_boot, running.boot_id)
 
 
 def exit_code(running: Running) -> int | None:
