@@ -198,3 +198,42 @@ def test_mounts_left_in_the_tree_are_found_deepest_first(tmp_path):
     text = (f"proc /proc proc rw 0 0\nproc {root}/proc proc rw 0 0\nsysfs {root}/sys sysfs rw 0 0\n"
             f"devpts {root}/dev/pts devpts rw 0 0\ntmpfs {root}x tmpfs rw 0 0\n")
     assert nodeimage.mounts_under(root, text) == [f"{root}/dev/pts", f"{root}/proc", f"{root}/sys"]
+
+
+def _fake_debootstrap(directory: Path, fails: bool) -> None:
+    """A stand-in for debootstrap on PATH: writes a file into the target (its 4th argument) and prints
+    progress, or fails saying why on stderr."""
+    script = directory / "debootstrap"
+    body = ('echo "E: Couldn\'t download packages" >&2; exit 1' if fails else
+            'echo "I: Retrieving InRelease"; mkdir -p "$4/etc"; echo fake > "$4/etc/debian_version"')
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_root_filesystem_is_debootstrapped_and_packed_through_the_runner(tmp_path, monkeypatch, fails):
+    """debootstrap's progress goes to its log, a failure names the command and its last stderr lines
+    (not a traceback), and nothing half-made is left that a later build would trust."""
+    from harness.core.progress import Reporter
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    _fake_debootstrap(tools, fails)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if fails:
+        with pytest.raises(HarnessError) as caught:
+            nodeimage.rootfs_tar(Reporter(quiet=True), cache, suite="fake", packages=("a",), cleanups=None)
+        assert "debootstrap" in str(caught.value) and "exited with 1" in str(caught.value)
+        assert "Couldn't download packages" in str(caught.value)
+        assert not list(cache.glob("rootfs-fake-*.tar")) and not list(cache.glob("*.work"))
+        return
+    tar = nodeimage.rootfs_tar(Reporter(quiet=True), cache, suite="fake", packages=("a",), cleanups=None)
+    import tarfile
+
+    with tarfile.open(tar) as packed:
+        assert "./etc/debian_version" in packed.getnames()
+    assert "I: Retrieving InRelease" in (cache / "debootstrap-fake.log").read_text()
+    assert tar.with_suffix(".sha256").read_text().strip() == manifest.sha256_file(tar)
+    assert not list(cache.glob("*.work")) and not list(cache.glob("*.partial"))

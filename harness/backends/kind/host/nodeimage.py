@@ -70,6 +70,8 @@ CNI_BIN = "/usr/lib/cni"  # Debian's containernetworking-plugins
 POD_SUBNET = "10.244.0.0/16"
 ENTRYPOINT = '["/usr/local/bin/entrypoint", "/sbin/init"]'
 CONTAINERD_TIMEOUT = 60.0
+APT_TIMEOUT = 1800.0  # apt-get update or install of debootstrap, mirror permitting
+DEBOOTSTRAP_TIMEOUT = 3600.0  # a Debian root filesystem (minutes here; a slow mirror is slower), and its tar
 
 
 # --- pure parts -----------------------------------------------------------------------------------
@@ -267,11 +269,11 @@ def ensure_debootstrap(reporter: Reporter) -> str:
         raise HarnessError("building the kind node image needs debootstrap, and it cannot be installed here "
                            "(needs root and apt-get)", hint="install debootstrap, or pass --node-image")
     with reporter.step("installing debootstrap with apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        apt = Runner(env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
         argv = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "debootstrap"]
-        if subprocess.run(argv, capture_output=True, env=env).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env)
-            done = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if apt.query(argv, timeout=APT_TIMEOUT).returncode != 0:
+            apt.query(["apt-get", "update", "-q"], timeout=APT_TIMEOUT)
+            done = apt.query(argv, timeout=APT_TIMEOUT)
             if done.returncode != 0:
                 raise HarnessError("`apt-get install debootstrap` failed: " + done.stderr.strip()[-500:])
     return shutil.which("debootstrap") or "/usr/sbin/debootstrap"
@@ -301,20 +303,19 @@ def _rootfs_tar(reporter: Reporter, cache: Path, key: str, suite: str, packages:
     work.mkdir(parents=True)
     try:
         log = cache / f"debootstrap-{suite}.log"
-        with reporter.step(f"debootstrap {suite} ({len(packages)} packages and their dependencies; "
-                           f"log: {log})"), open(log, "w") as handle:
-            done = subprocess.run([debootstrap, "--variant=minbase", f"--include={','.join(packages)}",
-                                   suite, str(work), DEBIAN_MIRROR], stdout=handle, stderr=subprocess.STDOUT)
-            if done.returncode != 0:
-                raise HarnessError(f"debootstrap exited with {done.returncode}", log_file=log)
+        runner = Runner(reporter)
+        # its progress (stdout) in the log; a failure's last lines of stderr in the error
+        runner.run(command(f"debootstrap {suite} ({len(packages)} packages and their dependencies; log: {log})",
+                           debootstrap, "--variant=minbase", f"--include={','.join(packages)}", suite, work,
+                           DEBIAN_MIRROR, stdout_file=log, timeout=DEBOOTSTRAP_TIMEOUT))
         unmount_under(work)
         if cleanups is not None:
             cleanups(work)
-        with reporter.step("packing the root filesystem"):
-            partial = target.with_suffix(".partial")
-            subprocess.run(["tar", "--numeric-owner", "-C", str(work), "-cf", str(partial), "."], check=True)
-            partial.replace(target)
-            digest_file.write_text(manifest.sha256_file(target) + "\n")
+        partial = target.with_suffix(".partial")
+        runner.run(command("packing the root filesystem", "tar", "--numeric-owner", "-C", work, "-cf", partial, ".",
+                           timeout=DEBOOTSTRAP_TIMEOUT))
+        partial.replace(target)
+        digest_file.write_text(manifest.sha256_file(target) + "\n")
     finally:
         # A failed debootstrap leaves /proc (and maybe /sys) mounted in the tree: never delete through them.
         if not unmount_under(work):
@@ -333,7 +334,7 @@ def mounts_under(directory: Path, mounts_text: str) -> list[str]:
 def unmount_under(directory: Path) -> list[str]:
     """Unmount everything below `directory`; returns the mount points that stay (then keep the tree)."""
     for point in mounts_under(directory, Path("/proc/mounts").read_text()):
-        subprocess.run(["umount", point], capture_output=True)
+        Runner().query(["umount", point])  # judged below: what stays mounted is returned
     return mounts_under(directory, Path("/proc/mounts").read_text())
 
 
