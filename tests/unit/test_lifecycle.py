@@ -218,3 +218,13 @@ def test_a_start_still_in_progress_is_not_taken_over(half_started):
         backend._clear_stale("half")
     assert f"cluster 'half' already exists and is running (pid {etcd.pid} (python" in str(refused.value)
     assert process.alive(etcd)
+
+
+def test_the_wait_for_ready_nodes_grows_with_their_number():
+    """A few nodes get the request's bound; 10,000 get 600 s (KWOK took up to 338 s for them here)."""
+    from harness.backends.local.backend import ready_timeout
+
+    spec = UpOptions(name="t")
+    assert ready_timeout(spec, 3) == spec.node_timeout == 300.0
+    assert ready_timeout(spec, 10_000) == 600.0
+    assert ready_timeout(UpOptions(name="t", node_timeout=900.0), 10_000) == 900.0
