@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import capacity, objects, under_test
+from conformance import capacity, device_turns, objects, under_test
+from conformance.published_devices import all_devices
 from fake_devices.controller import INSTANCE_LABEL
 from harness.k8s.client import Clients
 from harness.k8s.discovery import ClusterFacts, discover
@@ -157,10 +158,10 @@ def vendor_turn(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str
     if vendor is None:
         yield
         return
-    with under_test.taking_turns(shared_dir(request.config)):
+    with device_turns.taking_turns(shared_dir(request.config)):
         yield
-        under_test.give_back(k8s, dra_namespace, vendor.drivers,
-                             request.getfixturevalue("cluster_facts").kubelet_nodes)
+        device_turns.give_back(k8s, dra_namespace, vendor.drivers,
+                               request.getfixturevalue("cluster_facts").kubelet_nodes)
         # cluster_objects' own teardown comes after this one (it was set up first): a rule left
         # tainting a device the next turn picks would make that test's pods unschedulable
         cluster_objects.delete_all()
@@ -251,7 +252,7 @@ def fractional_under_test(request: pytest.FixtureRequest, k8s: Clients, dra_name
         if vendor is not None:
             # the turn first: another test may have the vendor's plugin (and so its slices) gone meanwhile
             request.getfixturevalue("vendor_turn")
-            published = [d for driver in vendor.drivers for d in under_test.all_devices(k8s, driver)]
+            published = [d for driver in vendor.drivers for d in all_devices(k8s, driver)]
             missing = capacity.fractional_missing(vendor.drivers, published)
             if missing is not None:
                 # a capability the vendor file claims and the slices contradict is a failure, not a skip

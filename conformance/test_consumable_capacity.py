@@ -14,7 +14,8 @@ from decimal import Decimal
 
 import pytest
 
-from conformance import capacity, checks, objects, under_test
+from conformance import capacity, checks, objects
+from harness.config import capabilities
 
 pytestmark = [pytest.mark.dra_feature("DRAConsumableCapacity", maturity="beta")]
 
@@ -32,7 +33,7 @@ def _amounts(amounts: dict[str, Decimal]) -> dict[str, str]:
 
 def _consumed(result, names) -> dict[str, Decimal]:
     """What the allocation records as consumed of the capacities `names` (those with a request policy)."""
-    return {name: under_test.quantity(value) for name, value in (result.consumed_capacity or {}).items()
+    return {name: capabilities.quantity(value) for name, value in (result.consumed_capacity or {}).items()
             if name in names}
 
 
@@ -45,15 +46,15 @@ def test_claims_share_a_device_up_to_its_capacity(k8s, dra_namespace, shareable_
     ns = dra_namespace
     pool = shareable_under_test(1)
     device = pool.devices[0]
-    capacities = under_test.consumable(device.published)
+    capacities = capabilities.consumable(device.published)
     # Two claims of (at most) half of every consumable capacity each: both fit on the one device.
-    half = {c: capacity.largest_valid(e, under_test.quantity(e["value"]) / 2) for c, e in capacities.items()}
+    half = {c: capacity.largest_valid(e, capabilities.quantity(e["value"]) / 2) for c, e in capacities.items()}
     if any(v is None for v in half.values()):
         pytest.skip(f"{device.path}: no valid request of half a capacity ({capacities})")
     shares: dict[str, Decimal] = {c: v for c, v in half.items() if v is not None}
     # Then one claim of a little more than is left of the first capacity (the least of the others).
     name = sorted(capacities)[0]
-    left = under_test.quantity(capacities[name]["value"]) - 2 * shares[name]
+    left = capabilities.quantity(capacities[name]["value"]) - 2 * shares[name]
     more = capacity.smallest_valid(capacities[name], left)
     if more is not None and more <= left:
         more = capacity.smallest_valid(capacities[name], left + 1)
@@ -85,7 +86,7 @@ def test_request_policy_rounds_up_to_a_valid_size(k8s, dra_namespace, shareable_
     ns = dra_namespace
     pool = shareable_under_test(2)
     odd_device, default_device = pool.devices[:2]
-    capacities = under_test.consumable(odd_device.published)
+    capacities = capabilities.consumable(odd_device.published)
     # A request between two valid sizes of the first capacity with room for one: rounded up to the next.
     between = None
     for name, entry in sorted(capacities.items()):
@@ -108,7 +109,7 @@ def test_request_policy_rounds_up_to_a_valid_size(k8s, dra_namespace, shareable_
     where = f"driver {pool.driver}, node {pool.node}, capacities {capacities}"
     assert _consumed(_share(k8s, ns, "odd"), capacities).get(name) == capacity.smallest_valid(capacities[name], asked) == rounded, (
         f"{where}: {name} {asked} requested on {odd_device.path}, {_share(k8s, ns, 'odd').consumed_capacity} allocated")
-    expected = {c: capacity.default_share(e) for c, e in under_test.consumable(default_device.published).items()}
+    expected = {c: capacity.default_share(e) for c, e in capabilities.consumable(default_device.published).items()}
     assert _consumed(_share(k8s, ns, "default"), expected) == expected, (
         f"{where}: a request naming no amount on {default_device.path}: "
         f"{_share(k8s, ns, 'default').consumed_capacity} allocated, the policy's defaults are {expected}")

@@ -20,7 +20,8 @@ from decimal import Decimal
 
 import pytest
 
-from conformance import capacity, checks, objects, under_test
+from conformance import capacity, checks, objects
+from harness.config import capabilities
 
 pytestmark = [pytest.mark.dra_feature("DRAFractionalCapacityRange", maturity="beta", discovered=True)]
 
@@ -38,7 +39,7 @@ def allocated(record_property):
 
 def _capacity(pool) -> tuple[str, dict]:
     """The first fractional capacity of the pool's first device: (name, its published entry)."""
-    name, entry = sorted(under_test.fractional(pool.devices[0].published).items())[0]
+    name, entry = sorted(capabilities.fractional(pool.devices[0].published).items())[0]
     return name, entry
 
 
@@ -61,7 +62,7 @@ def _allocation(k8s, ns: str, pod: str, allocated: set[str]):
 
 
 def _consumed(result) -> dict[str, Decimal]:
-    return {name: under_test.quantity(value) for name, value in (result.consumed_capacity or {}).items()}
+    return {name: capabilities.quantity(value) for name, value in (result.consumed_capacity or {}).items()}
 
 
 def _texts(amounts: dict[str, Decimal]) -> dict[str, str]:
@@ -85,7 +86,7 @@ def test_fractional_request_is_rounded_up_to_the_milli_step(k8s, dra_namespace, 
         pytest.skip(f"{where}: no request lies between two valid amounts of the range")
     asked, rounded = odd  # e.g. 125m between steps of 50m: 0 + 3 * 50m is the next valid amount
     others = capacity.beside(device.published, name, 3)
-    room = under_test.quantity(entry["value"]) - rounded - capacity.default_share(entry)
+    room = capabilities.quantity(entry["value"]) - rounded - capacity.default_share(entry)
     aligned = capacity.largest_valid(entry, room / 2)  # on a step already, written as a decimal below
     claims = {"odd": {name: asked, **others}, "aligned": {name: aligned, **others}, "unasked": {}}
     if aligned is None or aligned <= 0 or not capacity.fit(device.published, list(claims.values())):
@@ -153,7 +154,7 @@ def test_request_above_the_range_maximum_fits_no_device(k8s, dra_namespace, frac
     above = capacity.above_max(entry)
     if above is None:
         pytest.skip(f"{where}: the range has no max below the capacity")
-    at_max = capacity.largest_valid(entry, under_test.quantity(entry["requestPolicy"]["validRange"]["max"]))
+    at_max = capacity.largest_valid(entry, capabilities.quantity(entry["requestPolicy"]["validRange"]["max"]))
     sizes = {"above-max": above, "above-capacity": capacity.above_capacity(entry), "at-max": at_max}
     for pod, size in sizes.items():  # e.g. 850m above a max of 800m, 1500m above a capacity of 1
         _template(k8s, ns, pool, pod, {name: capacity.milli_text(size)}, devices=devices)

@@ -18,7 +18,7 @@ import grpc
 import pytest
 import yaml
 
-from conformance import checks, objects, under_test
+from conformance import cdi_specs, checks, objects, under_test
 from fake_devices.kubeletplugin.generated import pluginregistration_v1_pb2 as registration
 from fake_devices.kubeletplugin.generated import pluginregistration_v1_pb2_grpc as registration_grpc
 from harness.k8s import wait
@@ -67,7 +67,7 @@ def _edits(spec_files) -> tuple[dict[str, set[str]], set[str], set[str]]:
 
 def test_container_receives_the_cdi_edits_of_its_claim(k8s, dra_namespace, dra_cluster, kubelet_pool):
     ns, pool = dra_namespace, kubelet_pool
-    cdi_dir = under_test.known_cdi_dir(dra_cluster, pool.node)
+    cdi_dir = cdi_specs.known_cdi_dir(dra_cluster, pool.node)
     if cdi_dir is None:
         pytest.skip(f"the CDI directory of node {pool.node} is not known to the harness (it knows the local "
                     "backend's real nodes only): the container's edits cannot be compared with the spec")
@@ -81,7 +81,7 @@ def test_container_receives_the_cdi_edits_of_its_claim(k8s, dra_namespace, dra_c
     (result,) = claim.status.allocation.devices.results
     assert (result.driver, result.pool, result.device) == (pool.driver, pool.pool, pool.names[0])
 
-    written = under_test.cdi_specs_of(cdi_dir, claim.metadata.uid)
+    written = cdi_specs.cdi_specs_of(cdi_dir, claim.metadata.uid)
     if not written:
         pytest.skip(f"driver {pool.driver} wrote no CDI spec naming claim {claim.metadata.uid} in {cdi_dir}: it "
                     "injects its devices another way, so there is no CDI edit to compare")
@@ -112,9 +112,9 @@ def test_container_receives_the_cdi_edits_of_its_claim(k8s, dra_namespace, dra_c
     # The kubelet may unprepare after the pod object is gone (its pod clean-up): give it a deadline.
     try:
         wait.until(f"the CDI spec(s) of {where} to be removed by NodeUnprepareResources",
-                   lambda: not under_test.cdi_specs_of(cdi_dir, claim.metadata.uid), 60)
+                   lambda: not cdi_specs.cdi_specs_of(cdi_dir, claim.metadata.uid), 60)
     except wait.WaitTimeout:
-        left = under_test.cdi_specs_of(cdi_dir, claim.metadata.uid)
+        left = cdi_specs.cdi_specs_of(cdi_dir, claim.metadata.uid)
         pytest.fail(f"{where}: NodeUnprepareResources left CDI spec(s) behind 60 s after the pod went: "
                     f"{', '.join(map(str, left))}", pytrace=False)
 

@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from conformance import checks, objects, under_test
+from conformance import cdi_specs, checks, objects, under_test
+from conformance.plugin_daemon_set import crash_daemon_set_pod
 from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.pytest_plugin.plugin import vendor_driver
@@ -89,10 +90,10 @@ def plugin_under_test(request, k8s: Clients, dra_cluster) -> PluginUnderTest:
                     "of it prepares claims there")
     if daemon_set is not None:  # the vendor's DaemonSet runs the plugin: crashed by deleting its pod on the node
         namespace, name = daemon_set
-        return PluginUnderTest(pool.driver, pool.node, pool, under_test.known_cdi_dir(dra_cluster, pool.node),
-                               lambda: under_test.crash_daemon_set_pod(k8s, namespace, name, pool.node), None)
+        return PluginUnderTest(pool.driver, pool.node, pool, cdi_specs.known_cdi_dir(dra_cluster, pool.node),
+                               lambda: crash_daemon_set_pod(k8s, namespace, name, pool.node), None)
     plugin = _vendor_plugin_on(request, (pool.driver,), pool.node)
-    return PluginUnderTest(pool.driver, pool.node, pool, under_test.known_cdi_dir(dra_cluster, pool.node),
+    return PluginUnderTest(pool.driver, pool.node, pool, cdi_specs.known_cdi_dir(dra_cluster, pool.node),
                            lambda: plugin.restart(kill=True), plugin.reboot_node, plugin.log)
 
 
@@ -122,7 +123,7 @@ def test_plugin_restart_keeps_prepared_claims(k8s: Clients, dra_namespace, plugi
     container_before = k8s.core.read_namespaced_pod("survivor", ns).status.container_statuses[0]
     prepared = checks.kubelet_dra_metrics(k8s, plugin.node, plugin.driver)["in_use"]
     assert prepared >= 1, f"{where}: the kubelet counts no prepared claim of the driver while the pod runs"
-    specs = under_test.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid) if plugin.cdi_dir else []
+    specs = cdi_specs.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid) if plugin.cdi_dir else []
 
     plugin.crash_and_restart()  # SIGKILL: no clean shutdown, its state only in its checkpoint
 
@@ -146,9 +147,9 @@ def test_plugin_restart_keeps_prepared_claims(k8s: Clients, dra_namespace, plugi
     if plugin.cdi_dir is not None:
         try:
             wait.until(f"the CDI spec(s) of {where} to be removed by NodeUnprepareResources",
-                       lambda: not under_test.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid), 60)
+                       lambda: not cdi_specs.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid), 60)
         except wait.WaitTimeout:
-            left = under_test.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid)
+            left = cdi_specs.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid)
             pytest.fail(f"{where}: after the plugin restart, NodeUnprepareResources left CDI spec(s) behind: "
                         f"{', '.join(map(str, left))}", pytrace=False)
     # ... and prepares a new claim.
@@ -171,7 +172,7 @@ def test_pod_comes_back_with_its_devices_after_a_node_reboot(k8s: Clients, dra_n
                     "backend's), and the plugins it starts there (spec.kubeletPlugin)")
     pool, claim, result, where = _running_with_a_claim(k8s, ns, plugin, "rebooted")
     before = k8s.core.read_namespaced_pod("rebooted", ns).status.container_statuses[0]
-    specs_before = under_test.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid) if plugin.cdi_dir else []
+    specs_before = cdi_specs.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid) if plugin.cdi_dir else []
 
     plugin.reboot_node()
 
@@ -214,7 +215,7 @@ def test_pod_comes_back_with_its_devices_after_a_node_reboot(k8s: Clients, dra_n
     assert metrics.get("NodePrepareResources/OK", 0) >= 1, (
         f"{where}: the kubelet that came back made no successful NodePrepareResources call to the driver: {metrics}")
     if specs_before:
-        assert under_test.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid), (
+        assert cdi_specs.cdi_specs_of(plugin.cdi_dir, claim.metadata.uid), (
             f"{where}: the pod runs, but no CDI spec of the claim is back in {plugin.cdi_dir}")
     claim = k8s.resource.read_namespaced_resource_claim(claim.metadata.name, ns)
     assert [(r.driver, r.pool, r.device) for r in claim.status.allocation.devices.results] == [

@@ -1,6 +1,7 @@
 """What one locust process (the master, a worker or the local runner) holds during a load run: its API
 clients, the binding watch, its queue of event targets, its counters and the marks of the measured window.
-A record of its own so that every piece of run state has a name, a type and a default in one place."""
+A record of its own so that every piece of run state has a name, a type and a default in one place;
+STATE below is the process's one instance, which every module of the run imports from here."""
 
 from __future__ import annotations
 
@@ -58,3 +59,6 @@ class ProcessState:
         self.latencies, self.shares, self.requeue = [], [], []
         self.created, self.create_failed = {}, {}
         self.setup_error = None
+
+
+STATE = ProcessState()  # per process: clients, watch, queues of event targets, counters

@@ -335,11 +335,11 @@ def _dispatch(args, reporter: Reporter, out) -> int:
             if args.example_driver:
                 print(exampledriver.ensure(reporter), file=out)
             if args.kind:
-                from harness.backends.kind.host import nodeimage  # lazy: subcommand
+                from harness.backends.kind.host import nodeinputs  # lazy: subcommand
                 from harness.binaries import kindtool
 
                 print(kindtool.ensure(reporter), file=out)
-                print(nodeimage.ensure_node_binaries(binset.versions.kubernetes, reporter), file=out)
+                print(nodeinputs.ensure_node_binaries(binset.versions.kubernetes, reporter), file=out)
         else:
             binset = binaries.locate(_versions(args))
         print(binset.directory, file=out)

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from harness.backends.kind import preflight as kind_preflight
-from harness.backends.kind.host import docker, hostnet, nodeimage
+from harness.backends.kind.host import docker, hostnet, nodebuild, nodefiles, nodeinputs
 from harness.backends.local.realnode import host as machine_settings
 from harness.core.progress import Reporter
 from harness.k8s import wait
@@ -41,12 +41,12 @@ def test_offline_node_image_makes_a_three_node_cluster_and_leaves_the_host_as_it
                            text=True, timeout=3600)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     tag = built.stdout.strip().splitlines()[-1]
-    assert tag.startswith(f"{nodeimage.IMAGE_REPOSITORY}:v1.37.2-")
+    assert tag.startswith(f"{nodeinputs.IMAGE_REPOSITORY}:v1.37.2-")
     assert not docker.Layout.default().record.exists()  # the command's own dockerd is stopped again
 
     name = f"off-{uuid.uuid4().hex[:6]}"
     config = {"kind": "Cluster", "apiVersion": "kind.x-k8s.io/v1alpha4", "name": name,
-              "networking": {"disableDefaultCNI": True}, "kubeadmConfigPatches": nodeimage.kind_config_patches(),
+              "networking": {"disableDefaultCNI": True}, "kubeadmConfigPatches": nodefiles.kind_config_patches(),
               "nodes": [{"role": r, "image": tag} for r in ("control-plane", "worker", "worker")]}
     (tmp_path / "kind.yaml").write_text(yaml.safe_dump(config))
     kubeconfig = tmp_path / "kubeconfig"
@@ -66,7 +66,7 @@ def test_offline_node_image_makes_a_three_node_cluster_and_leaves_the_host_as_it
             clients.core.create_namespaced_pod("default", {
                 "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
                 "spec": {"nodeName": f"{name}-worker", "containers": [{
-                    "name": "pause", "image": nodeimage.KIND_PAUSE, "imagePullPolicy": "Never"}]}})
+                    "name": "pause", "image": nodebuild.KIND_PAUSE, "imagePullPolicy": "Never"}]}})
             # A sandbox on a worker: runc through the in-node wrapper (oom_score_adj clamped, caps dropped).
             wait.pod_phase(clients, "default", "probe", "Running", timeout=180)
         finally:

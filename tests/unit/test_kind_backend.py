@@ -618,13 +618,13 @@ def test_strings_stay_strings_for_kinds_yaml_parser(tmp_path):
 
 
 def test_the_offline_node_image_brings_its_kubeadm_patches_and_no_default_cni():
-    from harness.backends.kind.host import nodeimage
+    from harness.backends.kind.host import nodefiles, nodeinputs
 
-    tag = f"{nodeimage.IMAGE_REPOSITORY}:v1.37.2-0123456789ab"
-    assert kind_config.OFFLINE_IMAGE_REPOSITORY == nodeimage.IMAGE_REPOSITORY
+    tag = f"{nodeinputs.IMAGE_REPOSITORY}:v1.37.2-0123456789ab"
+    assert kind_config.OFFLINE_IMAGE_REPOSITORY == nodeinputs.IMAGE_REPOSITORY
     config = _plan(node_image=tag).config
     assert config["networking"] == {"disableDefaultCNI": True}
-    assert config["kubeadmConfigPatches"] == nodeimage.kind_config_patches()
+    assert config["kubeadmConfigPatches"] == nodefiles.kind_config_patches()
     assert {n["image"] for n in config["nodes"]} == {tag}
     assert "kubeadmConfigPatches" not in _plan().config  # kind's own image needs none of it
 

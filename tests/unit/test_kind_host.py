@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.backends.kind.host import capabilities, docker, enginechoice, hostnet, wrapper_file
+from harness.backends.kind.host import capabilities, docker, dockerd, dockerinstall, enginechoice, hostnet, wrapper_file
 from harness.core.errors import HarnessError
 
 FULL = "000001ffffffffff"  # 41 capabilities (cap_last_cap 40), all there
@@ -140,12 +140,12 @@ def test_acquire_refuses_a_socket_path_too_long_for_unix_sockets(tmp_path):
 
 def test_dockerd_gets_its_own_everything_and_leaves_the_firewall_alone(tmp_path):
     layout = docker.Layout(tmp_path)
-    argv = docker.dockerd_argv("/usr/sbin/dockerd", layout, None)
+    argv = dockerd.dockerd_argv("/usr/sbin/dockerd", layout, None)
     assert argv == ["/usr/sbin/dockerd", f"--host=unix://{tmp_path}/docker.sock", f"--pidfile={tmp_path}/dockerd.pid",
                     f"--data-root={tmp_path}/data", f"--exec-root={tmp_path}/exec",
                     f"--config-file={tmp_path}/daemon.json", "--iptables=false", "--ip6tables=false",
                     "--ip-forward=false", "--bridge=none"]
-    with_wrapper = docker.dockerd_argv("/usr/sbin/dockerd", layout, tmp_path / "runc-wrapper")
+    with_wrapper = dockerd.dockerd_argv("/usr/sbin/dockerd", layout, tmp_path / "runc-wrapper")
     assert with_wrapper[-2:] == [f"--add-runtime=dra-harness-runc={tmp_path}/runc-wrapper",
                                  "--default-runtime=dra-harness-runc"]
 
@@ -158,11 +158,11 @@ def test_install_blocks_service_starts_only_while_installing(tmp_path):
         seen.append((argv[:2], policy.read_text() if policy.exists() else None, env["DEBIAN_FRONTEND"]))
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    docker.install_docker(run, policy_rc_d=policy)
+    dockerinstall.install_docker(run, policy_rc_d=policy)
     assert seen == [(["apt-get", "install"], seen[0][1], "noninteractive")] and "exit 101" in seen[0][1]
     assert not policy.exists()  # ours, removed
     policy.write_text("#!/bin/sh\nexit 0\n")  # the machine's own: used as it is, left alone
-    docker.install_docker(run, policy_rc_d=policy)
+    dockerinstall.install_docker(run, policy_rc_d=policy)
     assert policy.read_text() == "#!/bin/sh\nexit 0\n"
 
 
@@ -174,7 +174,7 @@ def test_a_failed_install_updates_once_then_reports_apts_words(tmp_path):
         return subprocess.CompletedProcess(argv, 100, "", "E: Unable to locate package docker.io\n")
 
     with pytest.raises(HarnessError, match="exited with 100: E: Unable to locate package docker.io"):
-        docker.install_docker(run, policy_rc_d=tmp_path / "p")
+        dockerinstall.install_docker(run, policy_rc_d=tmp_path / "p")
     assert calls == ["install", "update", "install"] and not (tmp_path / "p").exists()
 
 
@@ -363,13 +363,13 @@ def fake_engine(tmp_path, monkeypatch):
     for tool in ("dockerd", "docker"):
         (bin_dir / tool).chmod(0o755)
     snapshots = []
-    monkeypatch.setattr(docker.hostnet, "snapshot", lambda: snapshots.append(1) or {"forwardPolicy": {}})
+    monkeypatch.setattr(dockerd.hostnet, "snapshot", lambda: snapshots.append(1) or {"forwardPolicy": {}})
     restored = []
-    monkeypatch.setattr(docker.hostnet, "restore", lambda baseline, sysctls=True: restored.append(sysctls) or [])
-    monkeypatch.setattr(docker, "RUNTIME_DIRS", ())
+    monkeypatch.setattr(dockerd.hostnet, "restore", lambda baseline, sysctls=True: restored.append(sysctls) or [])
+    monkeypatch.setattr(dockerd, "RUNTIME_DIRS", ())
     machine = []  # the machine-wide record (shared with real nodes): who registered and left, in order
-    monkeypatch.setattr(docker.machine_settings, "acquire", lambda owner: machine.append(("acquire", owner)) or [])
-    monkeypatch.setattr(docker.machine_settings, "release", lambda owner: machine.append(("release", owner)) or [])
+    monkeypatch.setattr(dockerd.machine_settings, "acquire", lambda owner: machine.append(("acquire", owner)) or [])
+    monkeypatch.setattr(dockerd.machine_settings, "release", lambda owner: machine.append(("release", owner)) or [])
     facts = enginechoice.Facts(cli=str(bin_dir / "docker"), engine_reachable=False, engine_error="no", dockerd=str(
         bin_dir / "dockerd"), runc="/usr/sbin/runc", root=True, apt_get="/usr/bin/apt-get",
         missing_caps=("CAP_SYS_RESOURCE",))
@@ -382,7 +382,7 @@ def test_our_dockerd_is_shared_by_its_users_and_stopped_by_the_last(fake_engine)
     assert first == docker.Engine(facts.cli, {"DOCKER_HOST": layout.host}, owned=True)
     record = json.loads(layout.record.read_text())
     pid = record["pid"]
-    assert record["users"] == ["a"] and record["startedBy"] == "dra-harness" and docker._alive(pid)
+    assert record["users"] == ["a"] and record["startedBy"] == "dra-harness" and dockerd.alive(pid)
     assert machine == [("acquire", layout.root)]  # before dockerd started
     # the machine-wide record sees its owner alive while dockerd lives
     assert json.loads(layout.pid_record.read_text())["pid"] == pid
@@ -394,9 +394,9 @@ def test_our_dockerd_is_shared_by_its_users_and_stopped_by_the_last(fake_engine)
     assert json.loads(layout.record.read_text())["pid"] == pid
     assert json.loads(layout.record.read_text())["users"] == ["a", "b"]
 
-    assert docker.release("a", layout=layout) == [] and docker._alive(pid)
+    assert docker.release("a", layout=layout) == [] and dockerd.alive(pid)
     assert docker.release("b", layout=layout) == []
-    assert not docker._alive(pid) and not layout.record.exists() and not layout.socket.exists()
+    assert not dockerd.alive(pid) and not layout.record.exists() and not layout.socket.exists()
     assert restored == [()]  # the FORWARD policies here; the kubelets' sysctls by the machine-wide record:
     assert machine == [("acquire", layout.root), ("release", layout.root)]  # registered and left once
     assert not layout.pid_record.exists()
@@ -426,11 +426,11 @@ def test_a_user_a_killed_run_left_is_forgotten_unless_still_in_use(fake_engine, 
     asked = []
     docker.release("a", layout=layout, in_use=lambda user: asked.append(user) or in_use)
     assert asked == ["killed"]  # never the releasing user, never one whose process lives
-    assert docker._alive(pid) is not stopped and layout.record.exists() is not stopped
+    assert dockerd.alive(pid) is not stopped and layout.record.exists() is not stopped
     if not stopped:
         assert json.loads(layout.record.read_text())["users"] == ["killed"]
         docker.release("killed", layout=layout)  # its `cluster down`
-        assert not docker._alive(pid)
+        assert not dockerd.alive(pid)
 
 
 def test_a_user_whose_process_lives_is_kept_whatever_in_use_says(fake_engine):
@@ -440,7 +440,7 @@ def test_a_user_whose_process_lives_is_kept_whatever_in_use_says(fake_engine):
     docker.acquire("building", layout=layout, facts=facts)  # registered by this (live) process
     assert docker.release("a", layout=layout, in_use=lambda user: False) == []
     record = json.loads(layout.record.read_text())
-    assert record["users"] == ["building"] and docker._alive(record["pid"])
+    assert record["users"] == ["building"] and dockerd.alive(record["pid"])
     docker.release("building", layout=layout)
 
 
@@ -460,7 +460,7 @@ def test_what_a_killed_dockerd_of_ours_left_is_cleared_before_ours_starts(fake_e
     one starts; an engine process of someone else's directory is left alone."""
     layout, facts, _, _ = fake_engine
     unmounted = []
-    monkeypatch.setattr(docker.teardown, "unmount_all", lambda directory: unmounted.append(directory) or [])
+    monkeypatch.setattr(dockerd.teardown, "unmount_all", lambda directory: unmounted.append(directory) or [])
     engine_named = layout.root.parent / "stale" / "dockerd"  # a process whose name is dockerd: a copy of sh
     engine_named.parent.mkdir()
     shutil.copy("/bin/sh", engine_named)
@@ -491,9 +491,9 @@ def test_the_data_root_mount_of_a_killed_dockerd_is_removed(tmp_path):
     layout.data_root.mkdir(parents=True)
     subprocess.run(["mount", "--bind", str(layout.data_root), str(layout.data_root)], check=True)
     try:
-        assert docker.teardown.mounts_under(layout.root) == [layout.data_root]
-        assert docker.clear_stale(layout) == []
-        assert docker.teardown.mounts_under(layout.root) == []
+        assert dockerd.teardown.mounts_under(layout.root) == [layout.data_root]
+        assert dockerd.clear_stale(layout) == []
+        assert dockerd.teardown.mounts_under(layout.root) == []
     finally:
         subprocess.run(["umount", "-l", str(layout.data_root)], capture_output=True)
 
@@ -520,8 +520,8 @@ def test_containers_that_appear_after_the_first_removal_are_removed_too():
     now = [0.0]
     daemon = _Daemon({0.0: ["a", "b"], 3.0: ["c"]}, now)
     sleep = lambda seconds: now.__setitem__(0, now[0] + seconds)  # noqa: E731
-    problems = docker.remove_containers(["docker"], ("label=x",), run=daemon.run, clock=lambda: now[0],
-                                        sleep=sleep, settle=5)
+    problems = dockerd.remove_containers(["docker"], ("label=x",), run=daemon.run, clock=lambda: now[0],
+                                         sleep=sleep, settle=5)
     assert problems == []
     assert daemon.removed == [["a", "b"], ["c"]] and not daemon.containers
     assert now[0] >= 3 + 5  # it waited a quiet period after the last one
@@ -530,12 +530,12 @@ def test_containers_that_appear_after_the_first_removal_are_removed_too():
 def test_containers_that_keep_appearing_are_reported_not_waited_for_forever():
     now = [0.0]
     daemon = _Daemon({float(t): [f"c{t}"] for t in range(0, 400, 2)}, now)
-    problems = docker.remove_containers(["docker"], (), run=daemon.run, clock=lambda: now[0],
-                                        sleep=lambda s: now.__setitem__(0, now[0] + s), settle=5, timeout=30)
+    problems = dockerd.remove_containers(["docker"], (), run=daemon.run, clock=lambda: now[0],
+                                         sleep=lambda s: now.__setitem__(0, now[0] + s), settle=5, timeout=30)
     assert len(problems) == 1 and "kept appearing for 30s" in problems[0]
     assert now[0] <= 32
 
 
 def test_a_failing_docker_is_reported_with_its_words():
     failing = lambda argv, timeout: subprocess.CompletedProcess(argv, 1, "", "Cannot connect to the Docker daemon")  # noqa: E731
-    assert docker.remove_containers(["docker"], (), run=failing) == ["docker ps: Cannot connect to the Docker daemon"]
+    assert dockerd.remove_containers(["docker"], (), run=failing) == ["docker ps: Cannot connect to the Docker daemon"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.backends.kind.host import nodeimage
+from harness.backends.kind.host import debianrootfs, nodebuild, nodefiles, nodeinputs
 from harness.binaries import manifest
 from harness.core.errors import HarnessError
 
@@ -39,50 +39,50 @@ registry.k8s.io/etcd:3.6.5-0
 
 
 def test_containerds_runc_is_the_wrapper_for_every_handler():
-    config = tomllib.loads(nodeimage.containerd_config(KIND_CONTAINERD))
+    config = tomllib.loads(nodefiles.containerd_config(KIND_CONTAINERD))
     runtimes = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
     for handler in ("runc", "test-handler"):
-        assert runtimes[handler]["options"] == {"SystemdCgroup": True, "BinaryName": nodeimage.WRAPPER_IN_NODE}
+        assert runtimes[handler]["options"] == {"SystemdCgroup": True, "BinaryName": nodefiles.WRAPPER_IN_NODE}
     with pytest.raises(HarnessError, match="layout changed"):
-        nodeimage.containerd_config("version = 2\n")
+        nodefiles.containerd_config("version = 2\n")
 
 
 def test_cri_base_spec_gets_kinds_hook_and_loses_rlimits():
     default = {"process": {"args": ["sh"], "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}]},
                "hooks": {"createContainer": [{"path": "/other"}]}}
-    spec = nodeimage.cri_base_spec(default)
+    spec = nodefiles.cri_base_spec(default)
     assert "rlimits" not in spec["process"] and "rlimits" in default["process"]  # the input is not changed
     assert spec["hooks"]["createContainer"] == [{"path": "/other"}, {"path": "/kind/bin/mount-product-files.sh"}]
-    assert nodeimage.cri_base_spec({})["hooks"]["createContainer"] == [{"path": "/kind/bin/mount-product-files.sh"}]
+    assert nodefiles.cri_base_spec({})["hooks"]["createContainer"] == [{"path": "/kind/bin/mount-product-files.sh"}]
 
 
 def test_the_static_cni_is_a_bridge_with_host_local_addresses():
-    conflist = json.loads(nodeimage.cni_conflist())
+    conflist = json.loads(nodefiles.cni_conflist())
     assert [p["type"] for p in conflist["plugins"]] == ["bridge", "portmap"]
-    assert conflist["plugins"][0]["ipam"]["ranges"] == [[{"subnet": nodeimage.POD_SUBNET}]]
+    assert conflist["plugins"][0]["ipam"]["ranges"] == [[{"subnet": nodefiles.POD_SUBNET}]]
 
 
 def test_kubeadm_patches_skip_coredns_and_allow_cgroup_v1():
-    patches = [yaml.safe_load(p) for p in nodeimage.kind_config_patches()]
+    patches = [yaml.safe_load(p) for p in nodefiles.kind_config_patches()]
     by_kind = {p["kind"]: p for p in patches}
     assert by_kind["KubeletConfiguration"]["failCgroupV1"] is False
     assert "addon/coredns" in by_kind["InitConfiguration"]["skipPhases"]
 
 
 def test_control_plane_images_come_from_kubeadms_own_list():
-    images = nodeimage.control_plane_images(KUBEADM_LIST)
+    images = nodebuild.control_plane_images(KUBEADM_LIST)
     assert images == {"registry.k8s.io/kube-apiserver:v1.37.2": "kube-apiserver",
                       "registry.k8s.io/kube-controller-manager:v1.37.2": "kube-controller-manager",
                       "registry.k8s.io/kube-scheduler:v1.37.2": "kube-scheduler",
                       "registry.k8s.io/kube-proxy:v1.37.2": "kube-proxy",
                       "registry.k8s.io/pause:3.10.1": "pause", "registry.k8s.io/etcd:3.6.5-0": "etcd"}
     with pytest.raises(HarnessError, match="did not name etcd"):
-        nodeimage.control_plane_images(KUBEADM_LIST.replace("registry.k8s.io/etcd:3.6.5-0", ""))
+        nodebuild.control_plane_images(KUBEADM_LIST.replace("registry.k8s.io/etcd:3.6.5-0", ""))
 
 
 def test_enable_links_follow_wantedby():
     unit = "[Unit]\nDescription=x\n[Install]\nWantedBy=multi-user.target other.target\n"
-    assert nodeimage.enable_unit_links(unit, "kubelet.service") == [
+    assert nodefiles.enable_unit_links(unit, "kubelet.service") == [
         "etc/systemd/system/multi-user.target.wants/kubelet.service",
         "etc/systemd/system/other.target.wants/kubelet.service"]
 
@@ -104,7 +104,7 @@ def inputs(tmp_path):
                            ("etc/systemd/system/kubelet.service", "[Install]\nWantedBy=multi-user.target\n")):
         (base / relative).parent.mkdir(parents=True, exist_ok=True)
         (base / relative).write_text(text)
-    return nodeimage.Inputs(
+    return nodeinputs.Inputs(
         "1.37.2", kind_dir, "h1:kind", _bins(tmp_path / "cluster", "kubernetes", ("kubelet", "kubectl", "etcd")),
         _bins(tmp_path / "node", "kubernetes-node", ("kubeadm", "kube-proxy")),
         _bins(tmp_path / "runtime", "containerd", ("containerd", "containerd-shim-runc-v2", "ctr", "pause")),
@@ -112,7 +112,7 @@ def inputs(tmp_path):
 
 
 def test_overlay_files_put_everything_where_kind_expects_it(inputs):
-    files = nodeimage.overlay_files(inputs, {"process": {}})
+    files = nodefiles.overlay_files(inputs, {"process": {}})
     assert files["usr/local/bin/entrypoint"][1] == 0o755 and files["kind/bin/mount-product-files.sh"][1] == 0o755
     assert files["kind/README.txt"][1] == 0o644
     for binary in ("usr/bin/kubelet", "usr/bin/kubectl", "usr/bin/kubeadm", "usr/local/bin/containerd",
@@ -131,26 +131,26 @@ def test_the_real_kind_module_files_are_used_when_present(tmp_path):
     real = Path.home() / "go/pkg/mod/sigs.k8s.io/kind@v0.33.0/images/base/files/etc/containerd/config.toml"
     if not real.is_file():
         pytest.skip("sigs.k8s.io/kind@v0.33.0 is not in the Go module cache")
-    config = tomllib.loads(nodeimage.containerd_config(real.read_text()))
+    config = tomllib.loads(nodefiles.containerd_config(real.read_text()))
     runtimes = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
-    assert runtimes["runc"]["options"]["BinaryName"] == nodeimage.WRAPPER_IN_NODE
+    assert runtimes["runc"]["options"]["BinaryName"] == nodefiles.WRAPPER_IN_NODE
 
 
 def test_the_cache_key_changes_with_every_input(inputs, tmp_path):
-    key = nodeimage.cache_key(inputs.key_material())
-    assert key == nodeimage.cache_key(inputs.key_material())  # stable
-    assert nodeimage.image_tag("1.37.2", key) == f"dra-harness.local/kind-node:v1.37.2-{key[:12]}"
-    other_drops = nodeimage.Inputs(*[getattr(inputs, f) for f in ("kubernetes_version", "kind_dir", "kind_sum",
-                                                                    "cluster_bins", "node_bins", "runtime_dir")], ())
-    assert nodeimage.cache_key(other_drops.key_material()) != key
+    key = debianrootfs.cache_key(inputs.key_material())
+    assert key == debianrootfs.cache_key(inputs.key_material())  # stable
+    assert nodeinputs.image_tag("1.37.2", key) == f"dra-harness.local/kind-node:v1.37.2-{key[:12]}"
+    other_drops = nodeinputs.Inputs(*[getattr(inputs, f) for f in ("kubernetes_version", "kind_dir", "kind_sum",
+                                                                     "cluster_bins", "node_bins", "runtime_dir")], ())
+    assert debianrootfs.cache_key(other_drops.key_material()) != key
     (inputs.node_bins / "kubeadm").write_bytes(b"rebuilt")
     manifest.record(inputs.node_bins, {"groups": {}}, "kubernetes-node", "1", ("kubeadm", "kube-proxy"), "build")
-    assert nodeimage.cache_key(inputs.key_material()) != key
+    assert debianrootfs.cache_key(inputs.key_material()) != key
 
 
 def test_the_docker_sequence_preloads_without_unpacking_and_commits_kinds_entrypoint(tmp_path):
     archives = [tmp_path / "kube-apiserver_v1.37.2.tar", tmp_path / "kube-proxy.tar"]
-    steps = [str(s) for s in nodeimage.build_steps("docker", "img:t", tmp_path, "base:1", archives, "b1")]
+    steps = [str(s) for s in nodebuild.build_steps("docker", "img:t", tmp_path, "base:1", archives, "b1")]
     assert steps == [
         f"docker build --tag=img:t-stage {tmp_path}/node",
         "docker run --detach --name=b1 --entrypoint=sleep --security-opt=seccomp=unconfined img:t-stage infinity",
@@ -161,7 +161,7 @@ def test_the_docker_sequence_preloads_without_unpacking_and_commits_kinds_entryp
         "docker exec b1 pkill containerd",
         "docker commit '--change=ENTRYPOINT [\"/usr/local/bin/entrypoint\", \"/sbin/init\"]' b1 img:t",
     ]
-    assert nodeimage.node_dockerfile("base:1").startswith("FROM base:1\nCOPY files/ /\n")
+    assert nodebuild.node_dockerfile("base:1").startswith("FROM base:1\nCOPY files/ /\n")
 
 
 def test_cleanups_never_follow_a_link_out_of_the_root_filesystem(tmp_path):
@@ -172,7 +172,7 @@ def test_cleanups_never_follow_a_link_out_of_the_root_filesystem(tmp_path):
     (root / "etc/systemd").mkdir(parents=True)
     (root / "sbin").symlink_to(outside / "sbin")  # absolute: leaves the tree
     with pytest.raises(HarnessError, match="leads outside the root filesystem"):
-        nodeimage._kind_cleanups(root)
+        debianrootfs._kind_cleanups(root)
     assert (outside / "sbin" / "init").read_text() == "the machine's own init"
 
 
@@ -185,19 +185,19 @@ def test_cleanups_do_what_kinds_dockerfile_does(tmp_path):
     (root / "usr/lib/systemd/system/multi-user.target.wants/getty.target").write_text("")
     (root / "etc/systemd/system/x.wants/y.service").write_text("")
     (root / "etc/systemd/journald.conf").write_text("[Journal]\n")
-    nodeimage._kind_cleanups(root)
+    debianrootfs._kind_cleanups(root)
     assert os.readlink(root / "usr/sbin/init") == "/usr/lib/systemd/systemd"
     assert not list((root / "usr/lib/systemd/system/multi-user.target.wants").iterdir())
     assert not list((root / "etc/systemd/system/x.wants").iterdir())
     assert (root / "etc/systemd/journald.conf").read_text().endswith("ReadKMsg=no\n")
-    assert os.readlink(root / "opt/cni/bin") == nodeimage.CNI_BIN and (root / "etc/kubernetes/manifests").is_dir()
+    assert os.readlink(root / "opt/cni/bin") == debianrootfs.CNI_BIN and (root / "etc/kubernetes/manifests").is_dir()
 
 
 def test_mounts_left_in_the_tree_are_found_deepest_first(tmp_path):
     root = tmp_path / "rootfs"
     text = (f"proc /proc proc rw 0 0\nproc {root}/proc proc rw 0 0\nsysfs {root}/sys sysfs rw 0 0\n"
             f"devpts {root}/dev/pts devpts rw 0 0\ntmpfs {root}x tmpfs rw 0 0\n")
-    assert nodeimage.mounts_under(root, text) == [f"{root}/dev/pts", f"{root}/proc", f"{root}/sys"]
+    assert debianrootfs.mounts_under(root, text) == [f"{root}/dev/pts", f"{root}/proc", f"{root}/sys"]
 
 
 def _fake_debootstrap(directory: Path, fails: bool) -> None:
@@ -224,12 +224,12 @@ def test_the_root_filesystem_is_debootstrapped_and_packed_through_the_runner(tmp
     cache.mkdir()
     if fails:
         with pytest.raises(HarnessError) as caught:
-            nodeimage.rootfs_tar(Reporter(quiet=True), cache, suite="fake", packages=("a",), cleanups=None)
+            debianrootfs.rootfs_tar(Reporter(quiet=True), cache, suite="fake", packages=("a",), cleanups=None)
         assert "debootstrap" in str(caught.value) and "exited with 1" in str(caught.value)
         assert "Couldn't download packages" in str(caught.value)
         assert not list(cache.glob("rootfs-fake-*.tar")) and not list(cache.glob("*.work"))
         return
-    tar = nodeimage.rootfs_tar(Reporter(quiet=True), cache, suite="fake", packages=("a",), cleanups=None)
+    tar = debianrootfs.rootfs_tar(Reporter(quiet=True), cache, suite="fake", packages=("a",), cleanups=None)
     import tarfile
 
     with tarfile.open(tar) as packed:

@@ -1,8 +1,9 @@
-"""conformance.under_test: which attribute pins a test's devices (pure logic over published devices)."""
+"""conformance.under_test and its parts (device_pinning, published_devices, shared_counters): which attribute
+pins a test's devices (pure logic over published devices)."""
 
 from __future__ import annotations
 
-from conformance.under_test import attribute_literal, identity_attribute
+from conformance.device_pinning import attribute_literal, identity_attribute
 
 
 def _device(name: str, **attributes) -> dict:
@@ -65,7 +66,9 @@ def _partitioned_slices(gpus: int = 2, partitions: int = 4) -> list[dict]:
 
 
 def _counter_set(index: int = 0):
-    from conformance.under_test import CounterSet, Device, quantity
+    from conformance.published_devices import Device
+    from conformance.shared_counters import CounterSet
+    from harness.config.capabilities import quantity
 
     slices = _partitioned_slices()
     (counters,) = [{c: quantity(v["value"]) for c, v in s["counters"].items()}
@@ -77,7 +80,7 @@ def _counter_set(index: int = 0):
 
 def test_partitions_sharing_their_gpus_uuid_are_told_apart_by_all_their_attributes():
     from conformance import class_selectors
-    from conformance.under_test import fingerprint, fingerprint_keys, fingerprints_unique
+    from conformance.device_pinning import fingerprint, fingerprint_keys, fingerprints_unique
 
     slices = _partitioned_slices()
     devices = slices[1]["spec"]["devices"]
@@ -119,7 +122,7 @@ def test_a_valid_range_rounds_up_to_its_steps_and_clamps_to_min_and_max():
     from decimal import Decimal
 
     from conformance.capacity import default_share, largest_valid, smallest_valid
-    from conformance.under_test import quantity
+    from harness.config.capabilities import quantity
 
     nvme = {"value": "1Ti", "requestPolicy": {"default": "100Gi", "validRange": {"min": "10Gi", "step": "10Gi"}}}
     gi = quantity("1Gi")
@@ -147,7 +150,7 @@ def _nvme() -> dict:
 
 def test_only_a_range_with_a_fractional_bound_is_fractional():
     from conformance.capacity import fractional_missing
-    from conformance.under_test import fractional
+    from harness.config.capabilities import fractional
 
     assert sorted(fractional(_nvme())) == ["ioShare"]  # size's range is whole bytes
     example = {"name": "gpu-0", "allowMultipleAllocations": True, "capacity": {
@@ -224,7 +227,7 @@ def test_what_a_device_records_as_consumed_and_what_fits_beside():
     from decimal import Decimal
 
     from conformance.capacity import beside, consumed, fit
-    from conformance.under_test import quantity
+    from harness.config.capabilities import quantity
 
     nvme, m = _nvme(), Decimal("0.001")
     gi = quantity("1Gi")
@@ -248,7 +251,7 @@ def test_what_a_device_records_as_consumed_and_what_fits_beside():
 def test_blocking_rules_rule_out_the_devices_they_select():
     from types import SimpleNamespace as NS
 
-    from conformance.under_test import _ruled_out, blocking_rule_selectors
+    from conformance.published_devices import _ruled_out, blocking_rule_selectors
 
     def rule(effect, **selector):
         chosen = NS(driver=selector.get("driver"), pool=selector.get("pool"), device=selector.get("device"))
@@ -272,7 +275,7 @@ def test_blocking_rules_rule_out_the_devices_they_select():
 # --- devices nothing tells apart: pinned by DeviceTaintRules; network-attached pools ------------
 
 def test_network_attached_pools_are_reachable_from_the_nodes_their_selector_names():
-    from conformance.under_test import reachable_nodes
+    from conformance.published_devices import reachable_nodes
     labels = {"a": {"kubernetes.io/hostname": "a", "zone": "z1"}, "b": {"kubernetes.io/hostname": "b", "zone": "z2"}}
     assert reachable_nodes({"allNodes": True}, labels) == ["a", "b"]
     term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z2"]}]}
@@ -299,7 +302,8 @@ class _Objects:
 
 
 def _bare_pool(objects_made: _Objects, count: int = 2):
-    from conformance.under_test import Device, DevicePool
+    from conformance.published_devices import Device
+    from conformance.under_test import DevicePool
     devices = [Device(DRIVER, "node-a", f"gpu-{i}", "node-a", {"name": f"gpu-{i}"}) for i in range(count)]
     return DevicePool(None, objects_made, lambda prefix: f"{prefix}-x", driver=DRIVER, device_class="bare",  # type: ignore[arg-type]
                       node="node-a", devices=devices, identity=None, identity_name="", kubelet=False, image="i",

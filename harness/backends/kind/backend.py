@@ -53,7 +53,7 @@ from harness.backends.kind.config import (
     scheduler_config,
     worker_specs,
 )
-from harness.backends.kind.host import docker, driverbase, enginechoice, nodeimage
+from harness.backends.kind.host import docker, dockerd, driverbase, enginechoice, nodeimage
 from harness.backends.kind.host.docker import Engine, Facts
 from harness.backends.kind.preflight import Tools, preflight, which_with_cached_kind
 from harness.backends.kind.steps import KWOK_ARCHIVE, KWOK_MANIFESTS, Plan, down_steps, plan_steps
@@ -337,7 +337,7 @@ class KindBackend(Backend):
         """The cluster's containers `kind delete` did not remove: those of `docker run`s the daemon was
         still serving when kind was interrupted (measured: Ctrl-C just after kind created the node
         containers left all three stored, "Created", in our dockerd's data root)."""
-        problems = docker.remove_containers(
+        problems = dockerd.remove_containers(
             [tools.docker], (f"label={KIND_CLUSTER_LABEL}={name}",),
             run=lambda argv, timeout: run_quiet(argv, timeout, env=tools.env))
         for problem in problems:

@@ -9,7 +9,7 @@ import yaml
 
 from fake_devices.config import PROFILE_LABEL
 from harness.backends import manifests
-from harness.backends.kind.host import nodeimage
+from harness.backends.kind.host import nodefiles
 from harness.config import featuregates
 from harness.config.cluster import ClusterDefinition
 from harness.core import schedulerprofiles
@@ -22,7 +22,7 @@ from harness.core import schedulerprofiles
 # it with --node-image.
 NODE_IMAGE = "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"
 KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
-OFFLINE_IMAGE_REPOSITORY = "dra-harness.local/kind-node"  # host.nodeimage.IMAGE_REPOSITORY
+OFFLINE_IMAGE_REPOSITORY = "dra-harness.local/kind-node"  # host.nodeinputs.IMAGE_REPOSITORY
 
 # CDI in containerd. containerd 2.x enables it by default, but both driver anchors set it explicitly
 # and so do we. Since kind v0.32, a containerdConfigPatch that sets `version = N` is applied only to
@@ -104,7 +104,7 @@ def kind_config(name: str, workers: list[tuple[str, dict[str, str]]], features: 
     if node_image.startswith(OFFLINE_IMAGE_REPOSITORY + ":"):
         # What that image needs (cgroup v1 allowed, no CoreDNS) and cannot do (no kindnetd image).
         config["networking"] = {"disableDefaultCNI": True}
-        config["kubeadmConfigPatches"] = nodeimage.kind_config_patches()
+        config["kubeadmConfigPatches"] = nodefiles.kind_config_patches()
     control_plane: dict = {"role": "control-plane", "image": node_image}
     if scheduler_dir is not None:
         control_plane["extraMounts"] = [{"hostPath": str(scheduler_dir), "containerPath": SCHEDULER_NODE_DIR,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness.backends import manifests
 from harness.backends.commands import Runner, command, run_quiet
-from harness.backends.kind.host import nodeimage
+from harness.backends.kind.host.debianrootfs import cache_key, rootfs_tar
 from harness.core import paths
 from harness.core.errors import HarnessError
 from harness.core.locking import file_lock
@@ -111,15 +111,15 @@ def needs_offline_base(docker: str, env: dict, base: str, run=run_quiet) -> str 
 def build(docker: str, env: dict, arch: str, reporter: Reporter) -> str:
     """The offline base image in the engine (built once per key); returns its tag."""
     requirements = driver_requirements((manifests.deploy_dir() / REQUIREMENTS_FILE).read_text())
-    key = nodeimage.cache_key({"recipe": RECIPE, "suite": SUITE, "packages": sorted(PACKAGES),
-                               "requirements": requirements, "arch": arch})
+    key = cache_key({"recipe": RECIPE, "suite": SUITE, "packages": sorted(PACKAGES),
+                     "requirements": requirements, "arch": arch})
     tag = image_tag(key)
     if run_quiet([docker, "image", "inspect", tag], timeout=60, env=env).returncode == 0:
         reporter.info(f"offline driver base {tag}: already in the Docker engine")
         return tag
     cache = paths.cache_root() / "driver-base"
     cache.mkdir(parents=True, exist_ok=True)
-    rootfs = nodeimage.rootfs_tar(reporter, cache, SUITE, PACKAGES)
+    rootfs = rootfs_tar(reporter, cache, SUITE, PACKAGES)
     wheels = _wheels(reporter, cache / f"wheels-{key[:16]}", requirements, arch)
     rootfs_image = f"dra-harness.local/debian-rootfs:{rootfs.stem.rsplit('-', 1)[1]}"
     work = cache / f"build-{uuid.uuid4().hex[:8]}"

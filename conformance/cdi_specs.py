@@ -1,0 +1,18 @@
+"""The CDI spec files a driver writes for a claim on a node, in the node's CDI directory where the cluster
+record names it (real nodes dra-harness runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def known_cdi_dir(dra_cluster, node: str) -> Path | None:
+    """The CDI spec directory of `node` where the cluster record names it (real nodes dra-harness runs)."""
+    return {real.name: real.cdi_dir for real in dra_cluster.real_nodes}.get(node)
+
+
+def cdi_specs_of(cdi_dir: Path, claim_uid: str) -> list[Path]:
+    """The CDI spec files that mention the claim (drivers name them, or their devices, after its UID)."""
+    if not cdi_dir.is_dir():
+        return []
+    return sorted(p for p in cdi_dir.iterdir() if p.is_file() and claim_uid in p.read_text(errors="replace"))
