@@ -55,3 +55,53 @@ def test_a_new_package_of_harness_must_be_placed_in_the_layers(tmp_path):
     result = _lint_imports(tmp_path)
     assert result.returncode != 0
     assert "harness.misc" in result.stdout and "exhaustive" in result.stdout
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Groups of modules that import each other, directly or around a loop (Tarjan's components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_module_imports_itself_around_a_loop():
+    """Imports inside functions count too: a cycle is broken by moving the shared piece down."""
+    grimp = pytest.importorskip("grimp")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000))  # the walk goes as deep as the longest import chain
+    try:
+        graph = grimp.build_graph("harness", "fake_devices", "conformance", "load")
+        assert _cycles(graph) == []
+        # and the check finds one when there is one
+        graph.add_import(importer="harness.core.errors", imported="harness.cli.main")
+        assert any("harness.core.errors" in group for group in _cycles(graph))
+    finally:
+        sys.setrecursionlimit(limit)
