@@ -29,7 +29,7 @@ from harness.core.progress import Reporter
 from load import scenarios
 
 # A subcommand's implementation is imported when that subcommand runs (marked "lazy: subcommand" below):
-# `jobs.runner`, `jobs.load_runner`, `migration.command`, `kind.host`, `local.vendor_plugin` and
+# `jobs.runner`, `jobs.load_runner`, `migration.command`, `kind.host`, `vendor.plugins` and
 # `binaries.noderuntime` load the fake driver's gRPC stubs, the local backend's real nodes and more (about
 # 0.25 s of CPU together), which `--help`, `cluster up` and every other command would pay for nothing.
 
@@ -430,7 +430,7 @@ def _dispatch(args, reporter: Reporter, out) -> int:
 def _validate_vendor_files(paths: list[str], out) -> int:
     """`conformance validate`: each vendor file's own checks (types, names, features, the plugin's command and
     placeholders, the manifests); all problems of all files at once, nothing contacted or started."""
-    from harness.vendor import file as vendor
+    from harness.vendor import file as vendor  # lazy: subcommand
 
     problems: list[Problem] = []
     for path in paths:

@@ -11,7 +11,7 @@ from harness.config.featuregates import SUITE_FEATURES
 
 def vendor_driver(slices: list[dict], classes: dict[str, str | None], node_images: dict[str, set[str]],
                   profiled_nodes: set[str]) -> dict:
-    """The deployed fake driver as a VendorDriver file (harness.config.vendor), so that the suite tests
+    """The deployed fake driver as a VendorDriver file (harness.vendor.file), so that the suite tests
     it as users' drivers are tested on kind: through the kubelets of the nodes it runs on (pure).
 
     `slices`: the published ResourceSlices; `classes`: DeviceClass name -> its extendedResourceName,
