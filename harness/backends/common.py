@@ -3,6 +3,7 @@ the gates a kube-apiserver knows, and keeping or removing what a failed `up` mad
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -77,5 +78,11 @@ def kept_or_removed_on_failure(reporter: Reporter, keep: bool, *, keep_it: Calla
 def known_gates(binset: binaries.BinarySet) -> set[str]:
     """The gate names the installed kube-apiserver accepts, from its own --help (the local backend runs
     it; kind checks its gates against the same minor)."""
+    return set(_gates_of(str(binset.path("kube-apiserver"))))
+
+
+@functools.lru_cache(maxsize=4)
+def _gates_of(apiserver: str) -> frozenset[str]:
+    """Once per binary and process: `run` checks a request and `up` checks it again (Backend.check)."""
     # not runnable (127) or no answer (124): empty output, so no names; the gates are checked again later
-    return featuregates.parse_known_gates(Runner().query([binset.path("kube-apiserver"), "--help"]).stdout)
+    return frozenset(featuregates.parse_known_gates(Runner().query([apiserver, "--help"]).stdout))

@@ -26,11 +26,8 @@ def cluster_dir(name: str) -> Path:
 
 @dataclass
 class ClusterState(state_file.ClusterState):
-    """A local cluster's record: the shared one, with the ports its components and real nodes hold."""
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.directory / "kubeconfig"
+    """A local cluster's record: the shared one (its kubeconfig in the directory), with the ports its
+    components and real nodes hold."""
 
     @property
     def ports(self) -> dict[str, int]:
