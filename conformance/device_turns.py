@@ -21,10 +21,12 @@ def give_back(k8s: Clients, namespace: str, drivers=(), kubelet_nodes=(), timeou
     has allocated there (it may unprepare after the claim is gone)."""
 
     binding = _pods_in_prebind(k8s, namespace)
-    for pod in k8s.core.list_namespaced_pod(namespace).items:
-        wait.ignore_not_found(k8s.core.delete_namespaced_pod, pod.metadata.name, namespace)
-    wait.until(f"the pods of {namespace} to be gone", lambda: not k8s.core.list_namespaced_pod(namespace).items,
-               timeout, diagnostics=lambda: wait.describe_namespace(k8s, namespace))
+    # The pods not on a node go first, and are gone, before a bound pod frees its devices: else the scheduler
+    # may give the freed devices to a waiting pod of this namespace while it is being deleted, and kube-scheduler
+    # v1.37.2 can then hold them in flight for up to 120 s (docs/conformance.md "Found upstream").
+    pods = k8s.core.list_namespaced_pod(namespace).items
+    _delete_pods(k8s, namespace, [p.metadata.name for p in pods if not p.spec.node_name], timeout)
+    _delete_pods(k8s, namespace, [p.metadata.name for p in pods if p.spec.node_name], timeout)
     try:  # a PodGroup holds its claims reserved: it goes too
         groups = k8s.scheduling.list_namespaced_pod_group(namespace).items
     except errors.NotFound:  # the cluster does not serve PodGroups
@@ -49,6 +51,19 @@ def give_back(k8s: Clients, namespace: str, drivers=(), kubelet_nodes=(), timeou
             wait.until(f"the kubelet on {node} to unprepare the claims of {driver} that are gone",
                        lambda: checks.kubelet_dra_metrics(k8s, node, driver)["in_use"] <= held_on(k8s, driver, node),
                        timeout, diagnostics=lambda: f"kubelet: {checks.kubelet_dra_metrics(k8s, node, driver)}")
+
+
+def _delete_pods(k8s: Clients, namespace: str, names: list[str], timeout: float) -> None:
+    if not names:
+        return
+    for name in names:
+        wait.ignore_not_found(k8s.core.delete_namespaced_pod, name, namespace)
+
+    def left() -> set[str]:
+        return set(names) & {p.metadata.name for p in k8s.core.list_namespaced_pod(namespace).items}
+
+    wait.until(f"pods {', '.join(names)} of {namespace} to be gone", lambda: not left(), timeout,
+               diagnostics=lambda: wait.describe_namespace(k8s, namespace))
 
 
 PREBIND_LOOK_SECONDS = 5  # k8s.io/kubernetes@v1.37.2 dynamicresources.go PreBind: PollUntilContextTimeout(5 s)
