@@ -304,6 +304,46 @@ def test_rule_no_execute_waits_for_toleration_seconds(k8s, dra_namespace, cluste
         checks.untouched(k8s, history, ns, "forever")
 
 
+
+class TolerationIgnored(Exception):
+    """The eviction controller evicted, or counted for eviction, a pod whose claim tolerates the taint."""
+
+
+@DEVICE_TAINTS
+@DEVICE_TAINT_RULES
+@pytest.mark.xfail(strict=True, raises=TolerationIgnored, reason=(
+    "kube-controller-manager v1.37.2 bug: the device taint eviction controller counts a toleration against a "
+    "NoExecute taint only when its effect is NoExecute (pkg/controller/devicetainteviction/device_taint_eviction.go "
+    "claimEvictionTime: `toleration.Effect == NoExecute && ToleratesTaint(...)`), while the API says an empty effect "
+    "matches every effect (resource.k8s.io/v1 DeviceToleration.effect) and the scheduler admits the device with it"))
+def test_a_toleration_without_an_effect_keeps_its_pod_on_a_no_execute_device(k8s, dra_namespace, cluster_objects,
+                                                                            unique_name, devices_under_test):
+    ns = dra_namespace
+    pool = devices_under_test(2)
+    gpu = pool.request()
+    templates = {"intolerant": gpu,
+                 "any-effect": objects.tolerating(gpu, objects.device_toleration(MAINTENANCE, operator="Exists"))}
+    for name, request in templates.items():
+        k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(name, requests=[request]))
+        k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim(name, name)))
+    for name in templates:
+        checks.running(k8s, ns, name, timeout=90)
+
+    with checks.PodHistory(k8s, ns) as history:
+        rule = cluster_objects.device_taint_rule(faults.taint_rule(unique_name("rule"), "NoExecute",
+                                                                   driver=pool.driver, pool=pool.pool))
+        condition = history.evicted_by_taint_manager("intolerant")
+        assert (condition.reason, condition.message) == EVICTION
+        # Completed only once no pod the rule affects is left to evict: its count is then final.
+        done = checks.rule_condition(k8s, rule.metadata.name, "Completed", timeout=60)
+        evicted = history.first("any-effect", checks.is_evicted)
+        if done.message != "1 pod evicted since starting the controller." or evicted is not None:
+            raise TolerationIgnored(
+                f"DeviceTaintRule {rule.metadata.name} (NoExecute): {done.message!r}; pod any-effect, whose claim "
+                f"tolerates {MAINTENANCE} with operator Exists and no effect, "
+                + (f"was evicted: {evicted[1].status.conditions}" if evicted else "was counted for eviction"))
+        checks.untouched(k8s, history, ns, "any-effect")
+
 def _published_in_pool(k8s, driver: str, pool: str) -> int:
     """How many devices the newest generation of a pool publishes."""
     slices = [s for s in k8s.resource.list_resource_slice(field_selector=f"spec.driver={driver}").items

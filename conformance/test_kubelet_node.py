@@ -113,8 +113,10 @@ class HealthWatch:
         self.k8s, self.namespace = k8s, namespace
         self.fake = fake_driver({real_node.name: "tiny"})
         real_node.run_for(self.fake)
+        # effect NoExecute named: kube-controller-manager v1.37.2 does not count a toleration without an effect
+        # against a NoExecute device taint (docs/conformance.md "Found upstream")
         gpu_request = objects.tolerating(objects.request(f"{self.fake.config.instance}-gpu"),
-                                         objects.device_toleration(FAULT_KEY, operator="Exists"))
+                                         objects.device_toleration(FAULT_KEY, operator="Exists", effect="NoExecute"))
         k8s.resource.create_namespaced_resource_claim_template(
             namespace, objects.claim_template("tolerant", requests=[gpu_request]))
         k8s.core.create_namespaced_pod(namespace, objects.shell_pod("health", real_node.name, "tolerant"))
@@ -129,6 +131,12 @@ class HealthWatch:
             if entry.name == "claim:gpu" or entry.name.startswith("claim:gpu/"):
                 return {(r.health, r.message) for r in entry.resources or []}
         return set()
+
+    def assert_not_evicted(self) -> None:
+        pod = self.k8s.core.read_namespaced_pod("health", self.namespace)
+        assert pod.metadata.deletion_timestamp is None and pod.status.phase == "Running", \
+            f"pod health was evicted although its claim tolerates {FAULT_KEY}:\n" + \
+            wait.describe_namespace(self.k8s, self.namespace)
 
     def fault(self, kind: str | None) -> None:
         faults.set_fault(self.k8s.core, self.namespace, self.fake.config.faults_configmap, self.node, self.device,
@@ -152,7 +160,7 @@ def test_device_health_reaches_allocated_resources_status(k8s: Clients, dra_name
     watch.wait_for("Healthy", health="Healthy")
     watch.fault("unhealthy")
     watch.wait_for("Unhealthy", health="Unhealthy")
-    assert k8s.core.read_namespaced_pod("health", dra_namespace).status.phase == "Running"  # tolerated: not evicted
+    watch.assert_not_evicted()
     watch.fault(None)
     watch.wait_for("Healthy again", health="Healthy")
 
@@ -171,6 +179,7 @@ def test_the_plugins_health_message_reaches_allocated_resources_status(k8s: Clie
     watch.wait_for("Healthy with the plugin's message", {("Healthy", HEALTHY_MESSAGE)})
     watch.fault("unhealthy")
     watch.wait_for("Unhealthy with the plugin's message", {("Unhealthy", health_messages.FAULT_HEALTH["unhealthy"][1])})
+    watch.assert_not_evicted()
     watch.fault(None)
     watch.wait_for("Healthy with the plugin's message again", {("Healthy", HEALTHY_MESSAGE)})
 
