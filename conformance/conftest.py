@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import capacity, device_turns, objects, under_test
+from conformance import capacity, checks, device_turns, objects, under_test
 from conformance.published_devices import all_devices
 from fake_devices.controller import INSTANCE_LABEL
 from harness.k8s.client import Clients
@@ -164,7 +164,10 @@ def vendor_turn(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str
                                request.getfixturevalue("cluster_facts").kubelet_nodes)
         # cluster_objects' own teardown comes after this one (it was set up first): a rule left
         # tainting a device the next turn picks would make that test's pods unschedulable
+        rules = cluster_objects.holds("DeviceTaintRule")
         cluster_objects.delete_all()
+        if rules:  # a deleted NoExecute rule can still evict the next turn's pods (checks.taint_eviction_caught_up)
+            checks.taint_eviction_caught_up(k8s, dra_namespace)
 
 
 @pytest.fixture

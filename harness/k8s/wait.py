@@ -126,6 +126,10 @@ class CreatedObjects:
                                lambda: self.k8s.resource.delete_device_taint_rule(obj.metadata.name)))
         return obj
 
+    def holds(self, kind: str) -> bool:
+        """Whether an object of `kind` (e.g. "DeviceTaintRule") is among those still to delete."""
+        return any(what.startswith(kind + " ") for what, _ in self._deleters)
+
     def delete_all(self) -> None:
         errors = []
         for what, delete in reversed(self._deleters):
