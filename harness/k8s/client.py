@@ -8,6 +8,7 @@ import ssl
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -158,6 +159,16 @@ class Clients:
         if status != 200:
             raise errors.from_status(status, f"GET {url}: {body[:200]}")
         return body
+
+    def check_before_each_call(self, check: Callable[[], None]) -> None:
+        """Call `check` before every request these clients send (watches included); it raises to refuse one."""
+        send = self.api_client.call_api
+
+        def checked(*args, **kwargs):
+            check()
+            return send(*args, **kwargs)
+
+        self.api_client.call_api = checked
 
     def close(self) -> None:
         if "api_client" in self.__dict__:

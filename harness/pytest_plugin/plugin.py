@@ -413,10 +413,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         item.stash[_RESTARTS_BEFORE] = watch.restarts()
 
 
+# Without these no API request can succeed; once one is dead for good, a request would first wait out the
+# client's read timeout (20 s, retried 3 times) or the apiserver's own 60 s, in every teardown that follows.
+API_PATH = ("etcd", "kube-apiserver")
+
+
 @pytest.fixture(scope="session")
-def k8s(dra_cluster: ClusterInfo) -> Iterator[Clients]:
-    """Typed API clients for the cluster under test."""
+def k8s(request: pytest.FixtureRequest, dra_cluster: ClusterInfo) -> Iterator[Clients]:
+    """Typed API clients for the cluster under test. Where the backend watches its components, a request
+    made after etcd or the apiserver died for good fails at once with ComponentDied, naming it."""
     clients = Clients(dra_cluster.kubeconfig)
+    watch = request.config.stash.get(_WATCH, None)
+    if watch is not None:
+        def api_path_alive() -> None:
+            if any(death.component in API_PATH for death in watch.deaths(nodes=False)):
+                watch.check()  # raises ComponentDied, naming the dead component
+
+        clients.check_before_each_call(api_path_alive)
     yield clients
     clients.close()
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from harness.core.errors import ConfigError
+from harness.core.errors import ComponentDied, ConfigError
 from harness.k8s.client import MAX_KUBECONFIG_BYTES, Clients, check_reachable, read_kubeconfig
 
 GOOD = ("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -73,3 +74,21 @@ def test_unreachable_server_is_refused_naming_it(tmp_path):
     (problem,) = caught.value.problems
     assert problem.problem.startswith(f"cannot reach the API server {server}")
     assert problem.allowed == "the kubeconfig of a running cluster"
+
+
+def test_a_check_before_each_call_refuses_requests_once_it_raises():
+    sent = []
+    clients = Clients(Path("unused"))
+    clients.__dict__["api_client"] = SimpleNamespace(call_api=lambda *args, **kwargs: sent.append(args) or "ok")
+    dead = []
+
+    def check():
+        if dead:
+            raise ComponentDied("etcd", "is no longer running")
+
+    clients.check_before_each_call(check)
+    assert clients.api_client.call_api("GET", "/api") == "ok"
+    dead.append(True)
+    with pytest.raises(ComponentDied, match="etcd"):
+        clients.api_client.call_api("GET", "/api/v1/pods")
+    assert sent == [("GET", "/api")]  # the refused request was never sent
