@@ -150,9 +150,10 @@ def driver_under_test(request: pytest.FixtureRequest, k8s: Clients) -> DriverUnd
 def vendor_turn(request: pytest.FixtureRequest, k8s: Clients, dra_namespace: str, cluster_objects):
     """Vendor mode: this test's turn at the vendor's devices (the tests of a run that use them take
     turns, across xdist workers), given back at teardown: its pods, PodGroups and claims deleted and
-    waited for, the kubelet's count of prepared claims back, and its cluster-scoped objects (a
-    DeviceTaintRule on a device, a DeviceClass) deleted, all before the next test's turn starts. A
-    no-op with the fake driver."""
+    waited for (the waiting pods first: conformance.device_turns), the kubelet's count of prepared claims
+    back, and its cluster-scoped objects (a DeviceTaintRule on a device, a DeviceClass) deleted, a rule's
+    deletion seen by the eviction controller, all before the next test's turn starts. A no-op with the
+    fake driver."""
 
     vendor = vendor_driver(request.config)
     if vendor is None:
