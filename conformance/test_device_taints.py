@@ -257,6 +257,15 @@ def test_rule_no_execute_evicts_only_pods_on_the_selected_device(k8s, dra_namesp
     assert device_b != device_a
 
 
+
+def _run_one_pod_per_request(k8s, ns: str, pool, requests: dict[str, dict]) -> None:
+    """For each name: a claim template of that one request and a pod using it on the pool's node, running."""
+    for name, request in requests.items():
+        k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(name, requests=[request]))
+        k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim(name, name)))
+    for name in requests:
+        checks.running(k8s, ns, name, timeout=90)
+
 @DEVICE_TAINTS
 @DEVICE_TAINT_RULES
 def test_rule_no_execute_waits_for_toleration_seconds(k8s, dra_namespace, cluster_objects, unique_name,
@@ -272,11 +281,7 @@ def test_rule_no_execute_waits_for_toleration_seconds(k8s, dra_namespace, cluste
         "forever": objects.tolerating(gpu, objects.device_toleration(MAINTENANCE, operator="Exists",
                                                                      effect="NoExecute")),
     }
-    for name, request in templates.items():
-        k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(name, requests=[request]))
-        k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim(name, name)))
-    for name in templates:
-        checks.running(k8s, ns, name, timeout=90)
+    _run_one_pod_per_request(k8s, ns, pool, templates)
 
     with checks.PodHistory(k8s, ns) as history:
         requested = time.monotonic()
@@ -323,11 +328,7 @@ def test_a_toleration_without_an_effect_keeps_its_pod_on_a_no_execute_device(k8s
     gpu = pool.request()
     templates = {"intolerant": gpu,
                  "any-effect": objects.tolerating(gpu, objects.device_toleration(MAINTENANCE, operator="Exists"))}
-    for name, request in templates.items():
-        k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(name, requests=[request]))
-        k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim(name, name)))
-    for name in templates:
-        checks.running(k8s, ns, name, timeout=90)
+    _run_one_pod_per_request(k8s, ns, pool, templates)
 
     with checks.PodHistory(k8s, ns) as history:
         rule = cluster_objects.device_taint_rule(faults.taint_rule(unique_name("rule"), "NoExecute",
