@@ -294,6 +294,18 @@ def scheduler_caught_up(k8s: Clients, namespace: str, name: str = "witness", tim
     return running(k8s, namespace, name, timeout)
 
 
+def event_saying(k8s: Clients, namespace: str, pod: str, reason: str, text: str = "", timeout: float = 30) -> str:
+    """The message of an event of `pod` with `reason` whose message has `text`, waited for: components record
+    events apart from the status they write, and may write them later (seen under load)."""
+    def messages() -> list[str]:
+        return [e.message or "" for e in k8s.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={pod}").items if e.reason == reason]
+
+    return wait.until(f"a {reason} event of pod {pod}" + (f" saying {text!r}" if text else ""),
+                      lambda: next((m for m in messages() if text in m), None), timeout,
+                      diagnostics=lambda: f"its {reason} events: {messages()}")
+
+
 def pod_gone(k8s: Clients, namespace: str, pod: str, timeout: float = 60, why: str = "") -> None:
     """Wait until `pod` no longer exists (its deletion done, finalizers and all); `why` joins the timeout's text."""
     wait.until(f"pod {namespace}/{pod} to be gone{why}",

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conformance import checks, objects
-from harness.k8s import wait, watching
+from harness.k8s import watching
 from harness.pytest_plugin.allocations import CLAIM_MODEL  # the client's name for the v1 ResourceClaim
 
 BINDING = pytest.mark.dra_feature("DRADeviceBindingConditions", maturity="beta")
@@ -78,10 +78,6 @@ def _condition(claim, condition: str) -> bool:
                for d in (claim.status.devices or [] if claim.status else []) for c in (d.conditions or []))
 
 
-def _events(k8s, namespace: str, pod: str) -> list:
-    return list(k8s.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items)
-
-
 def _start(k8s, ns, fake_driver, node: str, profile: str):
     driver = fake_driver({node: profile})
     k8s.resource.create_namespaced_resource_claim_template(
@@ -114,8 +110,7 @@ def test_pod_binds_only_after_its_binding_conditions_are_true(k8s, dra_namespace
     assert list(result.binding_conditions or []) == CONDITIONS and list(result.binding_failure_conditions) == [FAILURE]
     terms = claim.status.allocation.node_selector.node_selector_terms
     assert [f.values for t in terms for f in (t.match_fields or [])] == [[node]], terms
-    reasons = {e.reason for e in _events(k8s, ns, "waits")}
-    assert "BindingConditionsPending" in reasons, reasons
+    checks.event_saying(k8s, ns, "waits", "BindingConditionsPending")
 
 
 @BINDING
@@ -133,8 +128,7 @@ def test_binding_failure_clears_the_allocation_and_schedules_the_pod_again(k8s, 
     # the pod runs on a new allocation: the failed one was cleared (its status with it)
     assert claim.status.allocation.allocation_timestamp != failed[1].status.allocation.allocation_timestamp
     assert not _condition(claim, FAILURE) and all(_condition(claim, name) for name in CONDITIONS), claim.status.devices
-    messages = " ".join(e.message or "" for e in _events(k8s, ns, "retried") if e.reason == "FailedScheduling")
-    assert "device binding failed" in messages, messages
+    checks.event_saying(k8s, ns, "retried", "FailedScheduling", "device binding failed")
 
 
 @BINDING
@@ -144,9 +138,7 @@ def test_a_device_that_never_attaches_keeps_its_pod_unbound(k8s, dra_namespace, 
     ns, node = dra_namespace, simulated_node
     _start(k8s, ns, fake_driver, node, _profile(tmp_path, "never", 0))
     k8s.core.create_namespaced_pod(ns, objects.pod_with_template_claim("stuck", "attached-gpu"))
-    wait.until("the scheduler to wait for the binding conditions of pod stuck",
-               lambda: "BindingConditionsPending" in {e.reason for e in _events(k8s, ns, "stuck")}, 60,
-               diagnostics=lambda: wait.describe_namespace(k8s, ns))
+    checks.event_saying(k8s, ns, "stuck", "BindingConditionsPending", timeout=60)  # the scheduler waits for them
     claim = checks.pod_claim(k8s, ns, "stuck")
     assert _results(claim) and [r.uid for r in claim.status.reserved_for or []] == \
         [k8s.core.read_namespaced_pod("stuck", ns).metadata.uid], claim.status

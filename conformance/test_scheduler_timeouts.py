@@ -23,7 +23,7 @@ import time
 import pytest
 
 from conformance import checks, objects
-from conformance.test_binding_conditions import ClaimHistory, _events, _profile, _results
+from conformance.test_binding_conditions import ClaimHistory, _profile, _results
 from harness.core import schedulerprofiles
 from harness.k8s import wait
 
@@ -78,6 +78,7 @@ def _scheduler_error(k8s, namespace: str, pod: str, text: str, timeout: float):
                       diagnostics=lambda: wait.describe_namespace(k8s, namespace))
 
 
+
 @FILTER_TIMEOUT
 def test_a_claim_the_allocator_can_meet_is_allocated_within_the_filter_timeout(k8s, dra_cluster, dra_namespace,
                                                                               fake_driver, simulated_node, tmp_path):
@@ -112,8 +113,7 @@ def test_an_expensive_claim_ends_the_cycle_with_the_timeout_error_and_stays_unal
     took = (condition.last_transition_time - created).total_seconds()
     assert took < DEFAULT_FILTER_TIMEOUT_SECONDS - 1, \
         f"the allocator gave up {took:.0f} s after the pod was created; profile {PROFILE} says {profile.filter_timeout_seconds} s"
-    messages = [e.message or "" for e in _events(k8s, ns, "expensive") if e.reason == "FailedScheduling"]
-    assert any(TIMED_OUT in m for m in messages), messages
+    checks.event_saying(k8s, ns, "expensive", "FailedScheduling", TIMED_OUT)
     claim = checks.pod_claim(k8s, ns, "expensive")
     assert not _results(claim), f"claim {claim.metadata.name} was allocated: {claim.status.allocation}"
     assert k8s.core.read_namespaced_pod("expensive", ns).spec.node_name is None
@@ -161,9 +161,8 @@ def test_binding_timeout_clears_the_allocation_and_schedules_the_pod_again(k8s, 
     first_stamp = first[1].status.allocation.allocation_timestamp
     assert (failed_at - first_stamp).total_seconds() >= timeout - 1, (first_stamp, failed_at)
     assert time.monotonic() - started >= timeout
-    messages = [e.message or "" for e in _events(k8s, ns, "times-out") if e.reason == "FailedScheduling"]
     # PreBind gave up, then PostFilter of the next cycle released the claim
-    assert any("device binding timeout" in m for m in messages), messages
-    assert any("deallocation of ResourceClaim completed" in m for m in messages), messages
+    checks.event_saying(k8s, ns, "times-out", "FailedScheduling", "device binding timeout")
+    checks.event_saying(k8s, ns, "times-out", "FailedScheduling", "deallocation of ResourceClaim completed")
     # Never attached, never bound; the allocation in place now is a new one.
     assert k8s.core.read_namespaced_pod("times-out", ns).spec.node_name is None
