@@ -257,7 +257,6 @@ def test_rule_no_execute_evicts_only_pods_on_the_selected_device(k8s, dra_namesp
     assert device_b != device_a
 
 
-
 def _run_one_pod_per_request(k8s, ns: str, pool, requests: dict[str, dict]) -> None:
     """For each name: a claim template of that one request and a pod using it on the pool's node, running."""
     for name, request in requests.items():
@@ -265,6 +264,7 @@ def _run_one_pod_per_request(k8s, ns: str, pool, requests: dict[str, dict]) -> N
         k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim(name, name)))
     for name in requests:
         checks.running(k8s, ns, name, timeout=90)
+
 
 @DEVICE_TAINTS
 @DEVICE_TAINT_RULES

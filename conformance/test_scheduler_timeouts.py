@@ -78,7 +78,6 @@ def _scheduler_error(k8s, namespace: str, pod: str, text: str, timeout: float):
                       diagnostics=lambda: wait.describe_namespace(k8s, namespace))
 
 
-
 @FILTER_TIMEOUT
 def test_a_claim_the_allocator_can_meet_is_allocated_within_the_filter_timeout(k8s, dra_cluster, dra_namespace,
                                                                               fake_driver, simulated_node, tmp_path):
