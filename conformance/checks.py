@@ -303,7 +303,7 @@ def event_saying(k8s: Clients, namespace: str, pod: str, reason: str, text: str 
 
     return wait.until(f"a {reason} event of pod {pod}" + (f" saying {text!r}" if text else ""),
                       lambda: next((m for m in messages() if text in m), None), timeout,
-                      diagnostics=lambda: f"its {reason} events: {messages()}")
+                      diagnostics=lambda: f"its {reason} events: {messages()}\n" + wait.describe_namespace(k8s, namespace))
 
 
 def pod_gone(k8s: Clients, namespace: str, pod: str, timeout: float = 60, why: str = "") -> None:

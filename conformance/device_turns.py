@@ -20,11 +20,11 @@ def give_back(k8s: Clients, namespace: str, drivers=(), kubelet_nodes=(), timeou
     on kubelet nodes also until the kubelet holds no more claims of `drivers` prepared than the cluster
     has allocated there (it may unprepare after the claim is gone)."""
 
-    binding = _pods_in_prebind(k8s, namespace)
+    pods = k8s.core.list_namespaced_pod(namespace).items
+    binding = _pods_in_prebind(k8s, namespace, pods)
     # The pods not on a node go first, and are gone, before a bound pod frees its devices: else the scheduler
     # may give the freed devices to a waiting pod of this namespace while it is being deleted, and kube-scheduler
     # v1.37.2 can then hold them in flight for up to 120 s (docs/conformance.md "Found upstream").
-    pods = k8s.core.list_namespaced_pod(namespace).items
     _delete_pods(k8s, namespace, [p.metadata.name for p in pods if not p.spec.node_name], timeout)
     _delete_pods(k8s, namespace, [p.metadata.name for p in pods if p.spec.node_name], timeout)
     try:  # a PodGroup holds its claims reserved: it goes too
@@ -74,12 +74,12 @@ def _after(seconds: float):
     return lambda: time.monotonic() >= deadline
 
 
-def _pods_in_prebind(k8s: Clients, namespace: str) -> list[str]:
+def _pods_in_prebind(k8s: Clients, namespace: str, pods: list) -> list[str]:
     """The namespace's pods the scheduler is binding: not bound to a node, yet a claim of theirs is already
     reserved for them (the scheduler reserves in PreBind, then may wait there for binding conditions)."""
     claims = k8s.resource.list_namespaced_resource_claim(namespace).items
     reserved = {ref.uid for c in claims for ref in ((c.status.reserved_for or []) if c.status else [])}
-    return [p.metadata.name for p in k8s.core.list_namespaced_pod(namespace).items
+    return [p.metadata.name for p in pods
             if not p.spec.node_name and p.metadata.uid in reserved]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 
 from conformance import checks, objects
-from harness.k8s import wait
 
 pytestmark = [pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")]
 
@@ -52,12 +51,7 @@ def test_cel_runtime_error_is_reported_in_the_pods_events(k8s, dra_namespace, de
     k8s.resource.create_namespaced_resource_claim_template(ns, objects.claim_template(
         "broken", requests=[pool.request(selectors=[f'{missing} == "x"'])]))
     k8s.core.create_namespaced_pod(ns, pool.pod(objects.pod_with_template_claim("broken", "broken")))
-
-    def cel_error():
-        return next((m for m in _scheduling_failures(k8s, ns, "broken") if "CEL runtime error" in m), None)
-
-    message = wait.until("a FailedScheduling event of pod broken naming the CEL runtime error", cel_error, 60,
-                         diagnostics=lambda: wait.describe_namespace(k8s, ns))
+    message = checks.event_saying(k8s, ns, "broken", "FailedScheduling", "CEL runtime error", timeout=60)
     claim = checks.pod_claim(k8s, ns, "broken")
     assert f"claim {ns}/{claim.metadata.name}: selector #1 on device {device.path}" in message, message
     assert "no such key: noSuchAttribute" in message and "has()" in message, message  # the error and the hint

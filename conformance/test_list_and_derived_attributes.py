@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import pytest
 
 from conformance import checks, objects
-from harness.k8s import errors, wait
+from harness.k8s import errors
 
 pytestmark = [pytest.mark.fake_devices("profiles with list-type attributes, and with socket/NUMA attributes "
                                        "of different types on GPUs and NICs")]
@@ -133,18 +133,6 @@ def _refused(k8s, ns: str, pod: str) -> None:
     assert NO_FIT in condition.message, f"pod {pod}: {condition.message}"
     claim = checks.pod_claim(k8s, ns, pod)
     assert claim.status.allocation is None, f"claim {claim.metadata.name} was allocated: {claim.status.allocation}"
-
-
-def _failed_scheduling(k8s, ns: str, pod: str, text: str, timeout: float = 60) -> str:
-    """The message of a FailedScheduling event of `pod` that contains `text`."""
-    def event():
-        for e in k8s.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={pod}").items:
-            if e.reason == "FailedScheduling" and text in (e.message or ""):
-                return e.message
-        return None
-
-    return wait.until(f"a FailedScheduling event of pod {pod} with {text!r}", event, timeout,
-                      diagnostics=lambda: wait.describe_namespace(k8s, ns))
 
 
 def _cel(driver: str, attribute: str) -> str:
@@ -334,7 +322,7 @@ def test_derived_attribute_runtime_error_fails_scheduling_and_selectors_do_not_s
     requests = _socket_requests(driver, [], [])
     requests[1]["exactly"]["derivedAttributes"][0]["expression"] = _cel(driver.drivers.nic, "socket")  # GPUs have it
     _claim_pod(k8s, ns, "broken", requests, objects.match_attribute(SOCKET, "gpu", "nic"))
-    message = _failed_scheduling(k8s, ns, "broken", "evaluate derived attribute")
+    message = checks.event_saying(k8s, ns, "broken", "FailedScheduling", "evaluate derived attribute", timeout=60)
     assert f"evaluate derived attribute {SOCKET} on device {driver.drivers.nic}/{node}/nicn" in message, message
     assert "no such key: socket" in message, message
     # an error, not "unschedulable": the filter plugin failed (PodScheduled=False, reason SchedulerError)
