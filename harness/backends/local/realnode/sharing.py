@@ -21,6 +21,7 @@ import fcntl
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO
 
 from harness.core.errors import ComponentError, HarnessError
@@ -33,8 +34,13 @@ class NodeUse:
     """One user's hold on a real node: `share()` while it runs things there, `alone()` to restart it, and
     `will_disrupt()` first when it will do both. `release()` gives everything back."""
 
-    def __init__(self, record: RealNodeRecord):
-        self.record = record
+    def __init__(self, record: RealNodeRecord | None = None, *, name: str = "", lock_dir: Path | None = None):
+        """The local backend's real node (`record`), or any node by `name` with its lock files in `lock_dir`
+        (the kind backend's workers: the files are the harness's, on this machine, not the node's)."""
+        self.name = record.name if record is not None else name
+        lock_dir = record.dirs.base if record is not None else lock_dir
+        assert self.name and lock_dir is not None, "NodeUse needs a node record, or a name and a lock directory"
+        self.lock_dir: Path = lock_dir
         self._share: IO[str] | None = None
         self._disrupt: IO[str] | None = None
 
@@ -48,19 +54,19 @@ class NodeUse:
             return
         if self._share is not None:
             raise HarnessError(
-                f"a user of real node {self.record.name} asked to restart it after it took its share of the node "
+                f"a user of real node {self.name} asked to restart it after it took its share of the node "
                 "without saying it would: call will_disrupt() first (in the suite: mark the test "
                 "@pytest.mark.disrupts_node), or two restarting tests could wait for each other")
-        self._disrupt = _locked(self.record, "disrupt.lock", fcntl.LOCK_EX, wait,
-                                f"another test that restarts {self.record.name} to finish")
+        self._disrupt = _locked(self.lock_dir, "disrupt.lock", fcntl.LOCK_EX, wait,
+                                f"another test that restarts {self.name} to finish")
 
     def share(self, wait: float = WAIT) -> None:
         """Count as a user until release(): the node is not restarted under this user's pods."""
         if self._share is not None:
             return
-        with _held(self.record, "turnstile.lock", fcntl.LOCK_SH, wait, f"a restart of {self.record.name} to finish"):
-            self._share = _locked(self.record, "users.lock", fcntl.LOCK_SH, wait,
-                                  f"a restart of {self.record.name} to finish")
+        with _held(self.lock_dir, "turnstile.lock", fcntl.LOCK_SH, wait, f"a restart of {self.name} to finish"):
+            self._share = _locked(self.lock_dir, "users.lock", fcntl.LOCK_SH, wait,
+                                  f"a restart of {self.name} to finish")
 
     @contextmanager
     def alone(self, wait: float = WAIT) -> Iterator[None]:
@@ -69,9 +75,9 @@ class NodeUse:
         self.will_disrupt(wait)
         self.share(wait)
         assert self._share is not None
-        with _held(self.record, "turnstile.lock", fcntl.LOCK_EX, wait, f"new users of {self.record.name} to settle"):
+        with _held(self.lock_dir, "turnstile.lock", fcntl.LOCK_EX, wait, f"new users of {self.name} to settle"):
             try:
-                _flock(self._share, fcntl.LOCK_EX, wait, f"the other tests using {self.record.name} to finish")
+                _flock(self._share, fcntl.LOCK_EX, wait, f"the other tests using {self.name} to finish")
                 yield
             finally:
                 # back to an ordinary user (also after a failed upgrade: it dropped the share)
@@ -98,8 +104,8 @@ def restarting(record: RealNodeRecord) -> bool:
     return False
 
 
-def _locked(record: RealNodeRecord, name: str, operation: int, wait: float, what: str) -> IO[str]:
-    handle = open(record.dirs.base / name, "a")
+def _locked(lock_dir: Path, name: str, operation: int, wait: float, what: str) -> IO[str]:
+    handle = open(lock_dir / name, "a")
     try:
         _flock(handle, operation, wait, what)
     except BaseException:
@@ -109,8 +115,8 @@ def _locked(record: RealNodeRecord, name: str, operation: int, wait: float, what
 
 
 @contextmanager
-def _held(record: RealNodeRecord, name: str, operation: int, wait: float, what: str) -> Iterator[None]:
-    handle = _locked(record, name, operation, wait, what)
+def _held(lock_dir: Path, name: str, operation: int, wait: float, what: str) -> Iterator[None]:
+    handle = _locked(lock_dir, name, operation, wait, what)
     try:
         yield
     finally:
