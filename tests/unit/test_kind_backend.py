@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -159,6 +160,8 @@ def test_up_runs_exactly_these_commands(state_dir):
                    # KWOK's image goes to the control-plane node alone: its controller runs there
                    + ["/usr/bin/docker exec --interactive ci-control-plane ctr --namespace=k8s.io images import "
                       f"--platform=linux/amd64 --digests - < {d}/kwok-image.tar"]),
+        " & ".join(f"/usr/bin/docker exec {node} sh -c {shlex.quote(kind_steps.suite_images_script(image))}"
+                   for node in nodes),
         "[drop-archive] removing the saved images",
         "[wait-nodes] waiting for 10 nodes to be Ready",
         f"{kubectl} kustomize {d}/deploy > {d}/manifests.yaml",
@@ -430,6 +433,10 @@ elif tool == "docker" and args[0] == "save":
         Path(output).write_text("IMAGE-ARCHIVE " + args[-1])
     else:
         sys.stdout.write("IMAGE-ARCHIVE " + args[-1])
+elif tool == "docker" and args[0] == "exec" and args[2:4] == ["sh", "-c"]:  # naming the suite's images
+    assert "images tag" in args[4], args
+    with open(work / "tagged.txt", "a") as out:
+        out.write(args[1] + "\n")
 elif tool == "docker" and args[0] == "exec":
     data = sys.stdin.read()
     assert data.startswith("IMAGE-ARCHIVE "), data
@@ -507,6 +514,8 @@ def test_up_and_down_run_the_plan_against_the_tools(fake_tools, monkeypatch, sta
     image = manifests.default_image()
     assert sorted((work / "imported.txt").read_text().splitlines()) == sorted(
         [f"{n} {image}" for n in plan.node_names] + [f"t-control-plane {in_cluster.UPSTREAM_IMAGE}"])
+    # every node names the suite's shell and pause images after its image load (the suite's pods on a worker)
+    assert sorted((work / "tagged.txt").read_text().splitlines()) == sorted(plan.node_names)
     directory = state_dir / "kind" / "t"
     assert not {"driver-image.tar", "kwok-image.tar"} & {p.name for p in directory.iterdir()}  # removed once loaded
     assert yaml.safe_load((directory / "scheduler" / "kube-scheduler.yaml").read_text()) == \

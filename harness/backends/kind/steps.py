@@ -10,6 +10,7 @@ from harness.backends import manifests
 from harness.backends.commands import Step, action, command
 from harness.backends.kind.preflight import Tools
 from harness.core import schedulerprofiles
+from harness.k8s.nodes import PAUSE_IMAGE, SHELL_IMAGE
 
 DRIVER_IMAGE_LABEL = "dra-harness.x-k8s.io/image=fake-driver"  # deploy/Dockerfile's LABEL
 KWOK_ARCHIVE = "kwok-image.tar"
@@ -79,6 +80,9 @@ def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...],
         loads.append(command(f"loading the KWOK image into {nodes[0]}", *_ctr_import(tools, nodes[0], platform),
                              stdin_file=directory / KWOK_ARCHIVE, timeout=600))
     steps.append(Step(f"loading the images into {len(nodes)} nodes", together=tuple(loads)))
+    steps.append(Step("naming the suite's shell and pause images in each node", together=tuple(
+        command(f"naming the suite's images in {node}", tools.docker, "exec", node, "sh", "-c", suite_images_script(image),
+                timeout=120) for node in nodes)))
     steps.append(action("drop-archive", "removing the saved images"))
     steps.append(action("wait-nodes", f"waiting for {len(nodes)} nodes to be Ready"))
     if deploy:
@@ -98,6 +102,16 @@ def plan_steps(name: str, directory: Path, tools: Tools, nodes: tuple[str, ...],
             action("simulated-nodes", f"creating {simulated_nodes} simulated (KWOK) nodes"),
         ]
     return steps
+
+
+def suite_images_script(driver_image: str) -> str:
+    """Tags, in a node's containerd, the names the suite's pods on a real node use (harness.k8s.nodes): the
+    shell image is the driver image (Debian, with sh, env, cat, sleep: what the suite's commands need) and
+    the pause image is the node's own sandbox image. No bytes are loaded for either."""
+    ctr = "ctr --namespace=k8s.io images"
+    return (f"{ctr} tag --force {driver_image} {SHELL_IMAGE} >/dev/null && "
+            f"pause=$({ctr} ls --quiet | grep '^registry.k8s.io/pause:' | sort | tail -n 1) && "
+            f'[ -n "$pause" ] && {ctr} tag --force "$pause" {PAUSE_IMAGE} >/dev/null')
 
 
 def _ctr_import(tools: Tools, node: str, platform: list[str]) -> tuple[str, ...]:
