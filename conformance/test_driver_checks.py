@@ -202,7 +202,9 @@ def kubelet_targets(request, k8s, cluster_facts, dra_namespace) -> KubeletTarget
     return KubeletTargets([KubeletTarget(fake.drivers.gpu, f"{fake.config.instance}-gpu", real_node.name,
                                          2)],  # tiny: two GPUs
                           SHELL_IMAGE, ["sh", "-c", "exec sleep 3600"], "Never",
-                          {real_node.name: real_node.cdi_dir}, _known_runtimes(cluster))
+                          # the CDI directory as a directory of this machine: not a kind worker's
+                          {real_node.name: real_node.cdi_dir} if real_node.processes_here else {},
+                          _known_runtimes(cluster))
 
 
 @pytest.mark.needs_kubelet

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import grpc
 import pytest
 import yaml
 
 from conformance import checks, objects
 from fake_devices import faults
 from fake_devices.kubeletplugin import health as health_messages
-from fake_devices.kubeletplugin.generated import podresources_v1_pb2, podresources_v1_pb2_grpc
+from fake_devices.kubeletplugin.generated import podresources_v1_pb2
 from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.k8s.nodes import SHELL_IMAGE
@@ -199,20 +198,10 @@ def test_a_new_message_alone_updates_the_status_while_the_health_stays(k8s: Clie
 
 
 def _pod_resources(real_node, pod: str, namespace: str):
-    """The kubelet's PodResources `Get` for a pod (None when the kubelet knows no such pod)."""
-    channel = grpc.insecure_channel(f"unix://{real_node.pod_resources_socket}")
-    try:
-        stub = podresources_v1_pb2_grpc.PodResourcesListerStub(channel)
-        try:
-            return stub.Get(PODRESOURCES.GetPodResourcesRequest(pod_name=pod, pod_namespace=namespace),
-                            timeout=10).pod_resources
-        except grpc.RpcError as err:
-            if err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNKNOWN) and "not found" in \
-                    (err.details() or "").lower():
-                return None
-            raise
-    finally:
-        channel.close()
+    """The kubelet's PodResources `Get` for a pod (None when the kubelet knows no such pod), asked by the node's
+    handle: over the socket on the local backend, from a plugin pod on a kind worker."""
+    answer = real_node.pod_resources(pod, namespace)
+    return None if answer is None else PODRESOURCES.GetPodResourcesResponse.FromString(answer).pod_resources
 
 
 def _claim_resources(resources, container: str) -> list[tuple[str, str, tuple[str, str, str], tuple[str, ...]]]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -67,22 +66,19 @@ def _failed_prepares(k8s: Clients, namespace: str) -> list[str]:
 
 
 class LogFrom:
-    """A plugin's log from now on (the file is appended to across restarts)."""
+    """A plugin's log from now on (it goes on across restarts)."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.offset = path.stat().st_size if path.exists() else 0
+    def __init__(self, real_node, driver: str, rolling_update_id: str | None = None):
+        self.read = lambda: real_node.log_text(driver, rolling_update_id)
+        self.where = f"the log of {driver}{' (' + rolling_update_id + ')' if rolling_update_id else ''} on " \
+                     f"{real_node.name}"
+        self.offset = len(self.read())
 
     def text(self) -> str:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                return handle.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return self.read()[self.offset:]
 
     def wait_for(self, what: str, needle: str, timeout: float = 60) -> None:
-        wait.until(f"{what} (`{needle}` in {self.path})", lambda: needle in self.text(), timeout,
+        wait.until(f"{what} (`{needle}` in {self.where})", lambda: needle in self.text(), timeout,
                    diagnostics=lambda: "log since then:\n" + self.text()[-3000:])
 
 
@@ -98,11 +94,11 @@ def test_kubelet_restart_keeps_prepared_claims_and_unprepare_still_works(k8s: Cl
     before = k8s.core.read_namespaced_pod("steady", ns).status.container_statuses[0]
     specs = real_node.cdi_specs(driver)
     assert len(specs) == 1 and claim.metadata.uid in specs[0].name
-    plugin_log = LogFrom(real_node.log(driver))
+    plugin_log = LogFrom(real_node, driver)
 
-    kubelet_state = real_node.node.dirs.kubelet_root / "dra_manager_state"  # the kubelet's DRA checkpoint
+    kubelet_state = real_node.kubelet_root / "dra_manager_state"  # the kubelet's DRA checkpoint, on the node
     assert checks.kubelet_dra_metrics(k8s, real_node.name, driver)["in_use"] == 1
-    assert claim.metadata.uid in kubelet_state.read_text()
+    assert claim.metadata.uid in real_node.read(kubelet_state)
 
     real_node.restart_kubelet()  # returns once the new kubelet's healthz answers; never leaves the node without one
 
@@ -110,7 +106,7 @@ def test_kubelet_restart_keeps_prepared_claims_and_unprepare_still_works(k8s: Cl
     # dra_resource_claims_in_use: v1.37.2 restores claims with prepared=false, claiminfo.go
     # newClaimInfoFromState, and does not prepare a running pod's claims again; so that metric is
     # not a test of this.)
-    assert claim.metadata.uid in kubelet_state.read_text()
+    assert claim.metadata.uid in real_node.read(kubelet_state)
     # The container was neither restarted nor replaced, and the CDI spec is still there.
     now = k8s.core.read_namespaced_pod("steady", ns)
     status = now.status.container_statuses[0]
@@ -126,7 +122,7 @@ def test_kubelet_restart_keeps_prepared_claims_and_unprepare_still_works(k8s: Cl
     plugin_log.wait_for("the plugin to unprepare the claim", _claim_line(claim, "unprepared"), 30)
     assert "was not prepared here" not in plugin_log.text()
     assert real_node.cdi_specs(driver) == []
-    assert claim.metadata.uid not in kubelet_state.read_text()
+    assert claim.metadata.uid not in real_node.read(kubelet_state)
     assert checks.kubelet_dra_metrics(k8s, real_node.name, driver)["in_use"] == 0
     assert _failed_prepares(k8s, ns) == []
 
@@ -184,11 +180,11 @@ class PodStream:
 def test_plugin_upgrade_with_two_instances_switches_without_failing_a_prepare(k8s: Clients, dra_namespace,
                                                                               real_node, node_driver):
     ns, driver = dra_namespace, node_driver.drivers.gpu
-    old_log = LogFrom(real_node.log(driver))
-    new_log = LogFrom(real_node.log(driver, NEW))
+    old_log = LogFrom(real_node, driver)
+    new_log = LogFrom(real_node, driver, NEW)
     held = _start_prepared(k8s, ns, real_node.name, "held")  # one GPU, prepared by the old instance
     assert _claim_line(held, "prepared") in old_log.text()
-    registry = real_node.node.dirs.plugins_registry
+    registry = real_node.plugins_registry
 
     with PodStream(k8s, ns, real_node.name, STREAM_LIMIT) as stream:  # the other GPU, over and over
         stream.wait_count(1, 120)
@@ -196,7 +192,7 @@ def test_plugin_upgrade_with_two_instances_switches_without_failing_a_prepare(k8
         new_log.wait_for("the kubelet to register the new instance", f"registered with the kubelet as {driver}")
         # The kubelet prefers the newest *connected* instance: its health stream shows the connection is up.
         new_log.wait_for("the kubelet to connect to the new instance", "health stream opened")
-        assert {p.name for p in registry.glob(f"{driver}*-reg.sock")} == {f"{driver}-reg.sock",
+        assert set(real_node.names(registry, f"{driver}*-reg.sock")) == {f"{driver}-reg.sock",
                                                                          f"{driver}-{NEW}-reg.sock"}
         both_registered = time.monotonic()
         # The kubelet switches: the next prepare goes to the new instance (the newest connected).
@@ -208,7 +204,7 @@ def test_plugin_upgrade_with_two_instances_switches_without_failing_a_prepare(k8
             assert _claim_line(claim, "prepared") not in old_log.text(), f"{pod} was prepared by the old instance"
         # The old instance goes away (SIGTERM: it removes its sockets, the kubelet deregisters it).
         real_node.stop(driver)
-        assert {p.name for p in registry.glob(f"{driver}*-reg.sock")} == {f"{driver}-{NEW}-reg.sock"}
+        assert set(real_node.names(registry, f"{driver}*-reg.sock")) == {f"{driver}-{NEW}-reg.sock"}
         stream.wait_count(len(stream.done) + 2, 300)  # and the stream goes on, on the new instance alone
     assert stream.error is None, stream.error
     assert _failed_prepares(k8s, ns) == [], "a prepare failed during the upgrade"
@@ -219,5 +215,5 @@ def test_plugin_upgrade_with_two_instances_switches_without_failing_a_prepare(k8
     assert "was not prepared here" not in new_log.text()
     assert real_node.cdi_specs(driver) == []
     real_node.stop_instance(driver, NEW)
-    assert list(registry.glob(f"{driver}*-reg.sock")) == []
-    assert not list((real_node.node.dirs.plugins / driver).glob("*.sock"))
+    assert real_node.names(registry, f"{driver}*-reg.sock") == []
+    assert real_node.names(real_node.plugins_dir / driver, "*.sock") == []

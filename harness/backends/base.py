@@ -83,15 +83,68 @@ class ClusterStatus:
 
 
 class NodePluginHandle(Protocol):
-    """Kubelet plugins a test runs on a real node (the local backend's realnode.plugins.NodePlugins)."""
+    """Kubelet plugins a test runs on a real node: the local backend's realnode.plugins.NodePlugins (host
+    processes), the kind backend's node_plugins.KindNodePlugins (pods on a worker). The suite reaches the
+    node's files only through `read` and `names` (paths on the node), never as files of this machine."""
 
     @property
     def name(self) -> str: ...
 
+    # paths on the node: the kubelet's --root-dir, the plugins' registration sockets, <dir>/<driver>/dra.sock, CDI specs
     @property
-    def cdi_dir(self) -> Path: ...
+    def kubelet_root(self) -> Any: ...
+
+    @property
+    def plugins_registry(self) -> Any: ...
+
+    @property
+    def plugins_dir(self) -> Any: ...
+
+    @property
+    def cdi_dir(self) -> Any: ...
+
+    # whether the node's plugins are processes of this machine (the local backend), so what tests run beside them
+    # (legacy device plugins) can run too
+    processes_here: bool
 
     def run_for(self, fake_driver: Any) -> Any: ...
+
+    def stop(self, driver: str, kill: bool = False) -> None: ...
+
+    def restart(self, driver: str, kill: bool = True) -> None: ...
+
+    def run_instance(self, driver: str, rolling_update_id: str) -> None: ...
+
+    def stop_instance(self, driver: str, rolling_update_id: str) -> None: ...
+
+    def log(self, driver: str, rolling_update_id: str | None = None) -> Path:
+        """A file of this machine with the plugin's log (for messages)."""
+
+    def log_text(self, driver: str, rolling_update_id: str | None = None) -> str:
+        """Everything the plugin printed so far, across restarts."""
+
+    def read(self, path: Any) -> str: ...
+
+    def names(self, directory: Any, pattern: str = "*") -> list[str]: ...
+
+    def cdi_specs(self, driver: str | None = None) -> list:
+        """The driver's CDI spec files on the node (each with `.name` and `.read_text()`)."""
+
+    def plugin_socket(self, driver: str) -> Path | None:
+        """The plugin's DRA socket where a client on this machine can reach it; None where it cannot."""
+
+    @property
+    def pod_resources_socket(self) -> Path | None:
+        """The kubelet's PodResources socket where this machine reaches it; None: ask `pod_resources` instead."""
+
+    def pod_resources(self, pod: str, namespace: str) -> bytes | None:
+        """Where the socket is out of reach: the serialized PodResources `Get` answer, None for an unknown pod."""
+
+    def hold(self) -> None: ...
+
+    def restart_kubelet(self) -> None: ...
+
+    def reboot(self) -> None: ...
 
     def will_disrupt(self) -> None:
         """Before anything runs on the node: this user will restart its kubelet or reboot it."""
@@ -167,9 +220,10 @@ class Backend(abc.ABC):
         where the suite drives the fake driver itself."""
         return None
 
-    def node_plugins(self, info: ClusterInfo, node: str) -> NodePluginHandle | None:
-        """A handle that runs the fake driver's kubelet plugins on `node`, one of `info.real_nodes`;
-        None where the backend does not run them itself (kind and existing clusters deploy them)."""
+    def node_plugins(self, info: ClusterInfo, node: str | None = None) -> NodePluginHandle | None:
+        """A handle that runs the fake driver's kubelet plugins on `node` (a node run by a real kubelet;
+        None: one the backend picks), for a test of the node half; None where the backend cannot (an
+        existing cluster: the harness does not know what it may run on your nodes)."""
         return None
 
     def component_watch(self, info: ClusterInfo) -> ComponentWatchHandle | None:

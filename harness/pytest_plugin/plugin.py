@@ -454,11 +454,10 @@ def real_node(request: pytest.FixtureRequest, dra_cluster: ClusterInfo, k8s: Cli
     A test that restarts its kubelet or reboots it is marked `disrupts_node`. At teardown the test's
     pods are deleted first (the kubelet unprepares their claims through the plugins), then the plugins
     stop. Skips, with the reason, where the cluster has no such node."""
-    handle = None
-    if dra_cluster.real_nodes:
-        handle = backends.get(dra_cluster.backend).node_plugins(dra_cluster, dra_cluster.real_nodes[0].name)
+    handle = backends.get(dra_cluster.backend).node_plugins(dra_cluster)
+    if handle is not None:
         _needs_nodes(request.config)
-    if handle is None:
+    else:
         pytest.skip(f"the cluster under test has no real node that dra-harness runs "
                     f"({dra_cluster.real_nodes_reason or f'{dra_cluster.backend} cluster started without one'}); on "
                     "kind or your own cluster use a vendor config (--dra-driver-config) naming the driver your "

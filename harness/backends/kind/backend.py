@@ -55,6 +55,7 @@ from harness.backends.kind.config import (
 )
 from harness.backends.kind.host import docker, dockerd, driverbase, enginechoice, nodeimage
 from harness.backends.kind.host.docker import Engine, Facts
+from harness.backends.kind.node_plugins import KindNodePlugins
 from harness.backends.kind.preflight import Tools, preflight, which_with_cached_kind
 from harness.backends.kind.steps import KWOK_ARCHIVE, KWOK_MANIFESTS, Plan, down_steps, plan_steps
 from harness.backends.kind.vendor_file import vendor_driver
@@ -472,6 +473,34 @@ class KindBackend(Backend):
                            directory=cluster.directory,
                            scheduler_profiles=tuple(schedulerprofiles.SchedulerProfile.from_dict(p)
                                                     for p in cluster.data.get("schedulerProfiles") or []))
+
+    def node_plugins(self, info: ClusterInfo, node: str | None = None) -> KindNodePlugins | None:
+        """The fake driver's kubelet plugins a test runs on a worker, as pods (node_plugins); None where `up`
+        deployed no fake driver (--no-deploy: no ServiceAccount for them, and the nodes run a vendor's driver)."""
+        cluster = self._load(info.name)
+        if not cluster.data.get("overlay"):
+            return None
+        tools = self._preflight(None) if self._preflight == self._machine_preflight else self._preflight()
+        node = node or self._plugin_node(cluster)
+        if node is None:
+            return None
+        return KindNodePlugins(Path(cluster.kubeconfig), node, cluster.data["driverImage"], [tools.docker], tools.env,
+                               state_dir(info.name) / "node-locks" / node)
+
+    @staticmethod
+    def _plugin_node(cluster: state_file.ClusterState) -> str | None:
+        """A worker for the tests' own plugins: one without a profile if there is one, where the deployed driver has
+        no devices (the suite's vendor-mode tests allocate those) and a kubelet restart disturbs none of them."""
+        workers = list(cluster.data.get("nodes") or [])[1:]  # the first is the control plane
+        if not workers:
+            return None
+        clients = Clients(Path(cluster.kubeconfig))
+        try:
+            labels = {n.metadata.name: n.metadata.labels or {} for n in clients.core.list_node().items}
+        finally:
+            clients.close()
+        plain = [name for name in workers if PROFILE_LABEL not in labels.get(name, {PROFILE_LABEL: ""})]
+        return (plain or workers)[-1]
 
     def _kind_clusters(self, tools: Tools) -> set[str]:
         out = run_quiet([tools.kind, "get", "clusters"], timeout=60, env=tools.env)

@@ -381,7 +381,11 @@ class LocalBackend(Backend):
     def list(self) -> list[str]:
         return state.all_names()
 
-    def node_plugins(self, info: ClusterInfo, node: str) -> plugins.NodePlugins | None:
+    def node_plugins(self, info: ClusterInfo, node: str | None = None) -> plugins.NodePlugins | None:
+        if node is None:
+            if not info.real_nodes:
+                return None
+            node = info.real_nodes[0].name
         cluster = state.load(state.validate_name(info.name))
         found = [record for record in records(cluster.data) if record.name == node]
         return plugins.NodePlugins(cluster.directory, found[0], cluster.kubeconfig) if found else None

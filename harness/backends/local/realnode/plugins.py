@@ -13,9 +13,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import grpc
 import psutil
 
+from fake_devices.kubeletplugin.generated import podresources_v1_pb2, podresources_v1_pb2_grpc
 from harness.backends.local import process
 from harness.backends.local.realnode import node
 from harness.backends.local.realnode.reboot import reboot as reboot_node
@@ -23,6 +26,7 @@ from harness.backends.local.realnode.sharing import WAIT, NodeUse
 from harness.core.errors import ComponentError
 from harness.core.nodelayout import RealNodeRecord
 
+PODRESOURCES: Any = podresources_v1_pb2  # generated: its message classes are built at import time
 READY_TIMEOUT = 120.0  # a deadline, not a wait: importing grpc + kubernetes took over 30 s on a loaded machine
 
 
@@ -98,6 +102,8 @@ class NodePlugins:
         # alone, so it never disturbs another test (pytest -n 2) in the middle of its pods.
         self.use = NodeUse(node)
 
+    processes_here = True  # the plugins are processes of this machine; so can be what runs beside them
+
     @property
     def name(self) -> str:
         return self.node.name
@@ -107,9 +113,48 @@ class NodePlugins:
         return self.node.dirs.cdi
 
     @property
+    def kubelet_root(self) -> Path:
+        return self.node.dirs.kubelet_root
+
+    @property
+    def plugins_registry(self) -> Path:
+        return self.node.dirs.plugins_registry
+
+    @property
+    def plugins_dir(self) -> Path:
+        return self.node.dirs.plugins
+
+    def read(self, path: Path) -> str:
+        """A file of the node (here: of this machine, under the node's directories)."""
+        return Path(path).read_text()
+
+    def names(self, directory: Path, pattern: str = "*") -> list[str]:
+        """Names of the entries of a node directory matching a shell pattern (sorted; none if it is missing)."""
+        return sorted(p.name for p in Path(directory).glob(pattern))
+
+    def plugin_socket(self, driver: str) -> Path | None:
+        """The plugin's DRA service socket, for a client on this machine."""
+        return self.node.dirs.plugins / driver / "dra.sock"
+
+    @property
     def pod_resources_socket(self) -> Path:
         """The kubelet's PodResources API (k8s.io/kubelet podresources v1), under its --root-dir."""
         return self.node.dirs.kubelet_root / "pod-resources" / "kubelet.sock"
+
+    def pod_resources(self, pod: str, namespace: str) -> bytes | None:
+        """The kubelet's PodResources `Get` for a pod over its socket: the serialized answer, None for a pod the
+        kubelet does not know."""
+        channel = grpc.insecure_channel(f"unix://{self.pod_resources_socket}")
+        try:
+            request = PODRESOURCES.GetPodResourcesRequest(pod_name=pod, pod_namespace=namespace)
+            return podresources_v1_pb2_grpc.PodResourcesListerStub(channel).Get(request, timeout=10).SerializeToString()
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNKNOWN) and "not found" in \
+                    (err.details() or "").lower():
+                return None
+            raise
+        finally:
+            channel.close()
 
     def hold(self) -> None:
         """Count as a user of the node until close(), with no plugin of ours started: a test that runs other
@@ -156,6 +201,13 @@ class NodePlugins:
 
     def log(self, driver: str, rolling_update_id: str | None = None) -> Path:
         return self.cluster_dir / "logs" / f"{process_name(self.node, driver, rolling_update_id)}.log"
+
+    def log_text(self, driver: str, rolling_update_id: str | None = None) -> str:
+        """Everything the plugin of `driver` printed so far, across its restarts (one file)."""
+        try:
+            return self.log(driver, rolling_update_id).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def restart_kubelet(self, wait_for_others: float = WAIT) -> None:
         """Restart the node's kubelet (see node.restart_kubelet); the plugins keep running. Waits
