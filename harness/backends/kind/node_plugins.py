@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from harness.backends.commands import run_quiet
+from harness.backends.local.realnode.plugins import instance_args
 from harness.backends.local.realnode.sharing import WAIT, NodeUse
 from harness.backends.manifests import NAMESPACE, PLUGIN
 from harness.core.errors import ComponentError, HarnessError
@@ -92,13 +93,7 @@ def plugin_pod(node: str, driver: str, image: str, instance: str | None, namespa
     """The pod of one plugin on `node` (pure)."""
     args = [f"--driver={driver}", f"--node={node}", "--plugins-dir=/var/lib/kubelet/plugins",
             "--registry-dir=/var/lib/kubelet/plugins_registry", "--cdi-dir=/var/run/cdi",
-            f"--state-dir={STATE_ROOT / driver}"]
-    if instance:
-        args.append(f"--instance={instance}")
-    if namespace:
-        args.append(f"--namespace={namespace}")
-    if rolling_update_id:
-        args.append(f"--rolling-update-id={rolling_update_id}")
+            f"--state-dir={STATE_ROOT / driver}", *instance_args(instance, namespace, rolling_update_id)]
     host = {"plugins-registry": "/var/lib/kubelet/plugins_registry", "plugins": "/var/lib/kubelet/plugins",
             "cdi": "/var/run/cdi", "state": str(STATE_ROOT),
             "pod-resources": "/var/lib/kubelet/pod-resources"}  # for pod_resources(): the kubelet's socket

@@ -37,13 +37,14 @@ def argv(node: RealNodeRecord, driver: str, kubeconfig: Path, instance: str | No
             f"--kubeconfig={kubeconfig}", f"--plugins-dir={dirs.plugins}", f"--registry-dir={dirs.plugins_registry}",
             f"--cdi-dir={dirs.cdi}", f"--state-dir={dirs.plugin_state / driver}",
             f"--health-interval={health_interval}"]
-    if instance:
-        args.append(f"--instance={instance}")
-    if namespace:
-        args.append(f"--namespace={namespace}")
-    if rolling_update_id:
-        args.append(f"--rolling-update-id={rolling_update_id}")
-    return args
+    return args + instance_args(instance, namespace, rolling_update_id)
+
+
+def instance_args(instance: str | None, namespace: str | None, rolling_update_id: str | None) -> list[str]:
+    """The plugin's flags for whose faults it reports (fake-driver instance, its namespace) and, in an upgrade,
+    which of two instances it is; shared with the kind backend's plugin pods."""
+    pairs = (("instance", instance), ("namespace", namespace), ("rolling-update-id", rolling_update_id))
+    return [f"--{flag}={value}" for flag, value in pairs if value]
 
 
 def process_name(node: RealNodeRecord, driver: str, rolling_update_id: str | None = None) -> str:
