@@ -8,8 +8,9 @@ slices and nodes; a RoleBinding in the test's namespace lets it read the fault C
 
 What a pod cannot give is done with the node container itself (`docker exec`, as kind's own commands do):
 reading the node's files (CDI specs, the kubelet's checkpoint, the registry directory) and restarting its
-kubelet. A node reboot and the kubelet's PodResources socket are out of reach: `reboot` raises
-`NotOnThisNode` and `pod_resources_socket` is None, and the tests that need them skip saying so.
+kubelet. The kubelet's PodResources API is asked from inside a plugin pod (`pod_resources`). A node reboot
+is out of reach (`reboot` raises NotOnThisNode), and so are the plugin's sockets for a client on this
+machine (`plugin_socket` is None): the tests that need them skip saying so.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ class KindNodePlugins:
         self._running[(driver, rolling_update_id)] = _Running(name, instance, namespace)  # close() deletes it
         self._drivers.add(driver)
         self.k8s.core.create_namespaced_pod(NAMESPACE, body)
-        self._wait_ready(name, driver, timeout)
+        self._wait_ready(name, driver, rolling_update_id, timeout)
 
     def run_for(self, fake_driver) -> tuple[str, ...]:
         config = fake_driver.config
@@ -335,7 +336,7 @@ class KindNodePlugins:
         except (errors.BadRequest, errors.NotFound):  # not started yet, or gone: no text
             return ""
 
-    def _wait_ready(self, name: str, driver: str, timeout: float) -> None:
+    def _wait_ready(self, name: str, driver: str, rolling_update_id: str | None, timeout: float) -> None:
         def ready() -> bool:
             pod = self._pod(name)
             if pod is not None and pod.status.phase in ("Succeeded", "Failed"):
@@ -347,7 +348,7 @@ class KindNodePlugins:
             wait.until(f"the plugin of {driver} on {self.node} (pod {NAMESPACE}/{name}) to print `ready`", ready,
                        timeout, interval=0.3, diagnostics=lambda: self._describe(name))
         except wait.WaitTimeout:
-            self.stop(driver)  # ours: never leave it running
+            self.stop(driver, rolling_update_id=rolling_update_id)  # ours: never leave it running
             raise
 
     def _keep_log(self, name: str, driver: str, rolling_update_id: str | None) -> None:
