@@ -37,6 +37,21 @@ def smallest_valid(entry: dict, at_least: Decimal) -> Decimal | None:
     return found if found is not None and found <= value else None
 
 
+def smallest_valid_above(entry: dict, amount: Decimal) -> Decimal | None:
+    """The least amount the scheduler allocates that is more than `amount` (one step past it, not one unit:
+    a fractional capacity's steps are thousandths), or None when none fits the capacity."""
+    policy = entry["requestPolicy"]
+    if policy.get("validValues"):
+        found = next((v for v in _valid_values(entry) if v > amount), None)
+        return found if found is not None and found <= quantity(entry["value"]) else None
+    valid = policy.get("validRange") or {}
+    low = quantity(valid.get("min", "0"))
+    if amount < low:
+        return smallest_valid(entry, low)
+    step = quantity(valid["step"]) if valid.get("step") else NANO  # the API's quantities go no finer than 1n
+    return smallest_valid(entry, low + step * (((amount - low) / step).to_integral_value(rounding=ROUND_FLOOR) + 1))
+
+
 def largest_valid(entry: dict, at_most: Decimal) -> Decimal | None:
     """The largest amount a request may ask for and get exactly, no more than `at_most`."""
     policy = entry["requestPolicy"]
@@ -58,6 +73,7 @@ def default_share(entry: dict) -> Decimal:
 
 
 MILLI = Decimal("0.001")
+NANO = Decimal("0.000000001")
 def fractional_missing(drivers, devices: list[dict]) -> str | None:
     """Why no device of `drivers` (`devices`: all they publish) serves the fractional-capacity tests,
     naming the missing capability; None when one publishes a fractional validRange."""

@@ -55,9 +55,7 @@ def test_claims_share_a_device_up_to_its_capacity(k8s, dra_namespace, shareable_
     # Then one claim of a little more than is left of the first capacity (the least of the others).
     name = sorted(capacities)[0]
     left = capabilities.quantity(capacities[name]["value"]) - 2 * shares[name]
-    more = capacity.smallest_valid(capacities[name], left)
-    if more is not None and more <= left:
-        more = capacity.smallest_valid(capacities[name], left + 1)
+    more = capacity.smallest_valid_above(capacities[name], left)
     least = {c: capacity.smallest_valid(e, Decimal(0)) for c, e in capacities.items() if c != name}
     if more is None or any(v is None for v in least.values()):
         pytest.skip(f"{device.path}: no valid request of more than the {left} of {name} left by two halves")

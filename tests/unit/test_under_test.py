@@ -343,3 +343,24 @@ def test_a_subset_outside_a_request_is_not_applicable():
     assert pool.only() == f'device.driver == "{DRIVER}"'
     with pytest.raises(pytest.skip.Exception, match="^not applicable: the test selects 1 particular device"):
         pool.only(pool.devices[0])
+
+
+def test_the_least_amount_above_is_one_step_past_it_not_one_unit():
+    """The consumable-capacity test asks for a little more than two halves left: on a fractional capacity (the
+    nvme-storage profile's ioShare: 1, steps of 50m, at most 800m) that is 50m, where "left + 1" found none."""
+    from decimal import Decimal
+
+    from conformance.capacity import smallest_valid_above
+
+    io_share = {"value": "1", "requestPolicy": {"default": "0", "validRange": {"min": "0", "max": "800m", "step": "50m"}}}
+    assert smallest_valid_above(io_share, Decimal(0)) == Decimal("0.05")
+    assert smallest_valid_above(io_share, Decimal("0.05")) == Decimal("0.1")
+    assert smallest_valid_above(io_share, Decimal("0.8")) is None  # past the policy's max
+    sized = {"value": "1Ti", "requestPolicy": {"validRange": {"min": "10Gi", "step": "10Gi"}}}
+    gi = Decimal(1024 ** 3)
+    assert smallest_valid_above(sized, Decimal(0)) == 10 * gi and smallest_valid_above(sized, 10 * gi) == 20 * gi
+    assert smallest_valid_above(sized, 1020 * gi) is None  # 1030Gi would be more than the device has
+    listed = {"value": "8", "requestPolicy": {"validValues": ["2", "4", "8"]}}
+    assert smallest_valid_above(listed, Decimal(2)) == 4 and smallest_valid_above(listed, Decimal(8)) is None
+    free = {"value": "1", "requestPolicy": {}}
+    assert Decimal(0) < smallest_valid_above(free, Decimal("0.5")) - Decimal("0.5") <= Decimal("0.000000001")
