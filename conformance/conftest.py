@@ -6,6 +6,7 @@ reports (harness.k8s.discovery), so a test whose gate or API is off is skipped w
 
     @pytest.mark.dra_feature("DRAWorkloadResourceClaims", maturity="beta")
     @pytest.mark.dra_feature("ResourceHealthStatus", maturity="beta", discovered=True)  # runs unclaimed too
+    @pytest.mark.dra_feature("DRADeviceBindingConditions", maturity="beta", api_only=True)  # the API server's rule
     @pytest.mark.requires_api("scheduling.k8s.io/v1beta1")
     @pytest.mark.needs_kubelet
 """
@@ -73,8 +74,11 @@ def _requirements(request: pytest.FixtureRequest) -> None:
             # "not applicable" when it has not), so it runs whether or not the vendor file claims it.
             # A test of the fake driver's own powers (run by runFakeDriverTests) checks a fake-driver
             # instance of its own: what the vendor's driver claims says nothing about that one.
+            # api_only=True: the test checks the API server's own rules with objects of its own (no device of any
+            # driver), so what the vendor's driver claims says nothing about it either; the gate must still be on.
             if gate not in vendor.features and gate != "DynamicResourceAllocation" \
-                    and not marker.kwargs.get("discovered") and "fake_devices" not in markers:
+                    and not marker.kwargs.get("discovered") and not marker.kwargs.get("api_only") \
+                    and "fake_devices" not in markers:
                 pytest.skip(f"driver {vendor.name} does not claim feature {gate}")
     if not ({"dra_feature", "requires_api", "needs_kubelet"} & set(markers)):
         return

@@ -153,7 +153,7 @@ def test_a_device_that_never_attaches_keeps_its_pod_unbound(k8s, dra_namespace, 
     assert _results(claim) and not (claim.status.devices or []), claim.status
 
 
-@BINDING
+@pytest.mark.dra_feature("DRADeviceBindingConditions", maturity="beta", api_only=True)
 def test_api_server_requires_failure_conditions_with_binding_conditions(k8s, unique_name, simulated_node):
     driver = unique_name("bc") + ".example.com"
     device = {**objects.gpu_device("gpu-0"), "bindingConditions": ["example.com/attached"]}

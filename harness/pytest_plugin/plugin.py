@@ -90,9 +90,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 MARKERS = (
-    "dra_feature(name, maturity='ga'|'beta'|'alpha', discovered=False): the DRA feature a test exercises; "
-    "skipped when its gate is off in the cluster under test, and in vendor mode when the vendor file does not "
-    "claim it (unless discovered=True: the test finds out itself whether the driver has it)",
+    "dra_feature(name, maturity='ga'|'beta'|'alpha', discovered=False, api_only=False): the DRA feature a test "
+    "exercises; skipped when its gate is off in the cluster under test, and in vendor mode when the vendor file does "
+    "not claim it (unless discovered=True: the test finds out itself whether the driver has it; or api_only=True: "
+    "it checks the API server's rules with objects of its own, no driver's devices)",
     "requires_api(group_version, ...): skipped unless the cluster serves these API versions",
     "needs_kubelet: needs a node run by a real kubelet (skipped on simulated-only clusters)",
     "fake_devices(capability): needs a capability only the fake driver has (e.g. 'fault injection'); skipped in "
