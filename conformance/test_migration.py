@@ -127,7 +127,6 @@ def test_a_device_plugin_node_serves_the_manifest_without_a_claim(k8s, dra_names
 @pytest.mark.fake_devices
 def test_the_kubelet_allocates_through_the_device_plugin_on_the_real_node(k8s, dra_namespace, real_node, resource):
     ns = dra_namespace
-    _host_plugins_possible(real_node)
     plugins = local.device_plugins_on(real_node)
     legacy = local.LocalLegacy(k8s, resource, {real_node.name: plugins}, pre_start_required=True)
     try:
@@ -329,21 +328,12 @@ def _running_or_refused_by_the_kubelet(k8s: Clients, ns: str, pod: str, timeout:
     return wait.until(f"pod {pod} to run", check, timeout, diagnostics=lambda: wait.describe_namespace(k8s, ns))
 
 
-def _host_plugins_possible(real_node) -> None:
-    """The legacy device plugins run as processes of this machine beside the node's kubelet: the local backend's
-    real node only."""
-    if not real_node.processes_here:
-        pytest.skip(f"the legacy device plugins of this test run as processes of this machine, beside the kubelet of "
-                    f"node {real_node.name}; that node is a container here (kind)")
-
-
 def _migrate_the_real_node(k8s: Clients, ns: str, real_node, fake_driver, resource: str,
                            pre_start_required: bool) -> None:
     """The same manifest before and after, on a node run by the real kubelet: first the kubelet
     allocates through the device plugin, then the plugin is drained, its pod evicted, the DRA driver
     started there, and the next pod's device arrives through DRA (claim prepared, CDI environment)."""
     node = MigrationNode(real_node.name, "tiny", TINY_GPUS, real=True)
-    _host_plugins_possible(real_node)
     plugins = local.device_plugins_on(real_node)
     legacy = local.LocalLegacy(k8s, resource, {real_node.name: plugins}, pre_start_required=pre_start_required)
     dra = local.LocalDra(k8s, lambda n: fake_driver({n.name: n.profile}, extended_resources={"gpu": resource}),

@@ -34,6 +34,11 @@ def read(path: Path) -> list[dict]:
         text = path.read_text()
     except FileNotFoundError:
         return []
+    return parse(text)
+
+
+def parse(text: str) -> list[dict]:
+    """The calls of a journal's text (read elsewhere: a kind node's file); a torn last line is skipped."""
     calls = []
     for line in text.splitlines():
         try:

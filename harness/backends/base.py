@@ -103,9 +103,12 @@ class NodePluginHandle(Protocol):
     @property
     def cdi_dir(self) -> Any: ...
 
-    # whether the node's plugins are processes of this machine (the local backend), so what tests run beside them
-    # (legacy device plugins) can run too
+    # whether the node's plugins are processes of this machine (the local backend), so its files (the CDI directory)
+    # are files of this machine too
     processes_here: bool
+
+    def device_plugins(self) -> Any:
+        """Legacy device plugins on the node (run, stop, calls, close), the node held meanwhile."""
 
     def run_for(self, fake_driver: Any) -> Any: ...
 

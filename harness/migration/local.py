@@ -10,15 +10,12 @@ from typing import Any
 from fake_devices.controller import FakeDriver
 from fake_devices.deviceplugin import simulated
 from harness.backends.kwok import nodes
-from harness.backends.local.realnode import plugins
-from harness.backends.local.realnode.deviceplugins import NodeDevicePlugins
 from harness.core.progress import Reporter
 from harness.k8s import wait
 from harness.k8s.client import Clients
 from harness.migration.rehearsal import MigrationNode
 
 NODE_TIMEOUT = 90.0  # the kubelet reports a plugin's devices in its next status update (every 5 s here)
-PLUGIN_START_TIMEOUT = 120.0  # a kubelet plugin imports the kubernetes client: slow on a loaded machine
 
 
 def create_simulated_nodes(k8s: Clients, names: list[str], pool: str, labels: dict[str, str],
@@ -33,8 +30,7 @@ def device_plugins_on(real_node) -> Any:
     """The legacy device plugins of the real node the `real_node` fixture gives (its NodePlugins). The node is
     held for the test: a kubelet restarted by another test forgets a plugin's options (its checkpoint keeps
     devices, not PreStartRequired), the likely cause of the migration test's unexpected pass in make run."""
-    real_node.hold()
-    return NodeDevicePlugins(real_node.cluster_dir, real_node.node)
+    return real_node.device_plugins()  # holds the node until the handle closes
 
 
 def allocatable(k8s: Clients, node: str, resource: str) -> int | None:
@@ -99,8 +95,7 @@ class LocalDra:
         if node.name in self.node_plugins:
             handle = self.node_plugins[node.name]
             self._plugins_started.append((handle, gpu))
-            plugins.start(handle.cluster_dir, handle.node, gpu, handle.kubeconfig, config.instance, config.namespace,
-                          timeout=PLUGIN_START_TIMEOUT)
+            handle.run(gpu, config.instance, config.namespace)
 
         def published() -> bool:
             slices = self.k8s.resource.list_resource_slice(field_selector=f"spec.nodeName={node.name},spec.driver={gpu}")
@@ -111,5 +106,5 @@ class LocalDra:
     def close(self) -> None:
         """Stop the kubelet plugins this path started (after the pods are gone: they unprepare)."""
         for handle, driver in reversed(self._plugins_started):
-            plugins.stop(handle.cluster_dir, handle.node, driver)
+            handle.stop(driver)
         self._plugins_started.clear()

@@ -44,7 +44,7 @@ def test_an_upgrade_instance_gets_its_own_pod_and_socket_names():
                    for a in first["spec"]["containers"][0]["args"])
 
 
-@pytest.mark.parametrize("driver", [DRIVER, "a" * 200 + ".example.com", "storage.x"])
+@pytest.mark.parametrize("driver", [DRIVER, "a" * 200 + ".example.com", "storage.x", "example/gpu", "Foo_Bar"])
 def test_pod_names_are_dns_labels_and_differ_per_node_and_driver(driver):
     name = node_plugins.pod_name("c-worker", driver, None)
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name), name
@@ -60,7 +60,8 @@ def test_the_faults_binding_lets_the_plugins_account_read_the_tests_configmaps()
 def test_the_wrapper_passes_sigterm_on_and_ends_with_the_plugins_status(tmp_path):
     """The shell around the plugin (so that a SIGKILL to the plugin is possible): its exit status is the plugin's,
     and the plugin's PID is where `stop(kill=True)` reads it. Run with `sleep`/`exit` standing in for Python."""
-    script = node_plugins.WRAPPER.replace("python -m fake_devices.kubeletplugin \"$@\"", "sh -c 'exit 3'")
+    script = node_plugins.WRAPPER.replace("python -m \"$PLUGIN_MODULE\" \"$@\"", "sh -c 'exit 3'")
+    assert script != node_plugins.WRAPPER
     script = script.replace("/run/plugin/pid", str(tmp_path / "pid"))
     done = subprocess.run(["sh", "-c", script, "plugin"], capture_output=True, timeout=30)
     assert done.returncode == 3 and (tmp_path / "pid").read_text().strip().isdigit()
@@ -82,3 +83,18 @@ def test_a_node_use_by_name_locks_in_the_given_directory(tmp_path):
 def test_a_node_use_needs_a_record_or_a_name_and_a_directory():
     with pytest.raises(AssertionError):
         NodeUse(name="c-worker")
+
+
+def test_a_device_plugin_pod_registers_through_the_plugin_watcher_and_journals_on_the_node():
+    pod = node_plugins.device_plugin_pod("c-worker2", "example.com/gpu", "tiny", "img", pre_start_required=True)
+    (container,) = pod["spec"]["containers"]
+    assert {"name": "PLUGIN_MODULE", "value": "fake_devices.deviceplugin"} in container["env"]
+    args = container["args"]
+    assert "--resource=example.com/gpu" in args and "--profile=tiny" in args and "--pre-start-required" in args
+    assert "--registry-dir=/var/lib/kubelet/plugins_registry" in args
+    assert f"--state-dir={node_plugins.device_plugin_state('example.com/gpu')}" in args
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", pod["metadata"]["name"])
+    assert pod["metadata"]["name"] != node_plugins.plugin_pod("c-worker2", "example.com/gpu", "img", None, None)[
+        "metadata"]["name"]
+    assert "--pre-start-required" not in node_plugins.device_plugin_pod("n", "r.io/x", "tiny", "img")["spec"][
+        "containers"][0]["args"]

@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import shlex
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from fake_devices.deviceplugin import journal
+from fake_devices.deviceplugin.plugin import socket_stem
 from harness.backends.commands import run_quiet
 from harness.backends.local.realnode.plugins import instance_args
 from harness.backends.local.realnode.sharing import WAIT, NodeUse
@@ -38,7 +42,7 @@ FAULTS_BINDING = "dra-harness-test-plugin-faults"  # RoleBinding in a test's nam
 STATE_ROOT = PurePosixPath("/var/lib/dra-harness/test-plugins")  # checkpoints, one directory per driver
 # Under a shell, so that a crash can be simulated: the plugin is not PID 1, which ignores a SIGKILL sent from
 # inside its own PID namespace. SIGTERM (pod deletion) is passed on, and the pod ends with the plugin.
-WRAPPER = ('python -m fake_devices.kubeletplugin "$@" & pid=$!; echo $pid > /run/plugin/pid; '
+WRAPPER = ('python -m "$PLUGIN_MODULE" "$@" & pid=$!; echo $pid > /run/plugin/pid; '
            'trap \'kill -TERM $pid\' TERM INT; '
            'while kill -0 $pid 2>/dev/null; do wait $pid; status=$?; done; exit $status')
 
@@ -86,24 +90,42 @@ class _Running:
 def pod_name(node: str, driver: str, rolling_update_id: str | None) -> str:
     """DNS-safe and unique per (node, driver, instance): driver names run long."""
     digest = hashlib.sha1(f"{node}/{driver}/{rolling_update_id or ''}".encode()).hexdigest()[:10]
-    return f"test-plugin-{driver.split('.', 1)[0][:20]}-{digest}"
+    readable = re.sub(r"[^a-z0-9-]+", "-", driver.split(".", 1)[0].lower())[:20].strip("-") or "plugin"
+    return f"test-plugin-{readable}-{digest}"
 
 
 def plugin_pod(node: str, driver: str, image: str, instance: str | None, namespace: str | None,
                rolling_update_id: str | None = None) -> dict:
-    """The pod of one plugin on `node` (pure)."""
+    """The pod of one DRA kubelet plugin on `node` (pure)."""
     args = [f"--driver={driver}", f"--node={node}", "--plugins-dir=/var/lib/kubelet/plugins",
             "--registry-dir=/var/lib/kubelet/plugins_registry", "--cdi-dir=/var/run/cdi",
             f"--state-dir={STATE_ROOT / driver}", *instance_args(instance, namespace, rolling_update_id)]
+    return _pod(pod_name(node, driver, rolling_update_id), node, image, "fake_devices.kubeletplugin", args, driver)
+
+
+def device_plugin_pod(node: str, resource: str, profile: str, image: str, pre_start_required: bool = False) -> dict:
+    """The pod of one legacy device plugin (fake_devices.deviceplugin) on `node`, registered through the kubelet's
+    plugin watcher as on the local backend; its call journal in device_plugin_state(resource) on the node (pure)."""
+    args = [f"--resource={resource}", f"--node={node}", f"--profile={profile}",
+            "--plugins-dir=/var/lib/kubelet/plugins", "--registry-dir=/var/lib/kubelet/plugins_registry",
+            f"--state-dir={device_plugin_state(resource)}", *(["--pre-start-required"] if pre_start_required else [])]
+    return _pod(pod_name(node, resource, "device-plugin"), node, image, "fake_devices.deviceplugin", args, resource)
+
+
+def device_plugin_state(resource: str) -> PurePosixPath:
+    return STATE_ROOT / f"device-plugin-{socket_stem(resource)}"
+
+
+def _pod(name: str, node: str, image: str, module: str, args: list[str], serves: str) -> dict:
     host = {"plugins-registry": "/var/lib/kubelet/plugins_registry", "plugins": "/var/lib/kubelet/plugins",
             "cdi": "/var/run/cdi", "state": str(STATE_ROOT),
             "pod-resources": "/var/lib/kubelet/pod-resources"}  # for pod_resources(): the kubelet's socket
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod_name(node, driver, rolling_update_id), "namespace": NAMESPACE,
+        "metadata": {"name": name, "namespace": NAMESPACE,
                      "labels": {PLUGIN_LABEL: node, "app.kubernetes.io/name": "fake-devices",
                                 "app.kubernetes.io/component": "test-kubelet-plugin"},
-                     "annotations": {"dra-harness.x-k8s.io/driver": driver}},
+                     "annotations": {"dra-harness.x-k8s.io/serves": serves}},
         "spec": {
             "nodeName": node,  # bound by us: a node agent, whatever the scheduler would say
             "serviceAccountName": PLUGIN,
@@ -114,6 +136,7 @@ def plugin_pod(node: str, driver: str, image: str, instance: str | None, namespa
             "containers": [{
                 "name": "plugin", "image": image, "imagePullPolicy": "IfNotPresent",
                 "command": ["sh", "-c", WRAPPER, "plugin"], "args": args,
+                "env": [{"name": "PLUGIN_MODULE", "value": module}],
                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                     "capabilities": {"drop": ["ALL"]}},
                 "volumeMounts": [{"name": name, "mountPath": path} for name, path in host.items()]
@@ -141,7 +164,7 @@ class KindNodePlugins:
     plugins_dir = PurePosixPath("/var/lib/kubelet/plugins")
     cdi_dir = PurePosixPath("/var/run/cdi")
     pod_resources_socket = None  # inside the node container: pod_resources() asks from a plugin pod instead
-    processes_here = False  # what the tests run beside the plugins (legacy device plugins) cannot run on this node
+    processes_here = False  # the node's files are inside its container: read them with read() and names()
 
     def __init__(self, kubeconfig: Path, node: str, image: str, docker: list[str], docker_env: dict | None,
                  lock_dir: Path):
@@ -260,6 +283,11 @@ class KindNodePlugins:
         out = self._exec_in(running.pod, ["python", "-c", POD_RESOURCES_QUERY, pod, namespace]).strip()
         return None if out == "NOTFOUND" else base64.b64decode(out)
 
+    def device_plugins(self) -> KindDevicePlugins:
+        """Legacy device plugins on this node, as pods too (the migration tests); the node held meanwhile."""
+        self.use.share()
+        return KindDevicePlugins(self)
+
     def restart_kubelet(self, wait_for_others: float = WAIT) -> None:
         """Restart the worker's kubelet (systemd in the node container), alone on the node as on the local
         backend; returns once a new kubelet process answers /healthz."""
@@ -336,7 +364,8 @@ class KindNodePlugins:
         except (errors.BadRequest, errors.NotFound):  # not started yet, or gone: no text
             return ""
 
-    def _wait_ready(self, name: str, driver: str, rolling_update_id: str | None, timeout: float) -> None:
+    def _wait_ready(self, name: str, driver: str, rolling_update_id: str | None, timeout: float,
+                    on_timeout: Callable[[], None] | None = None) -> None:
         def ready() -> bool:
             pod = self._pod(name)
             if pod is not None and pod.status.phase in ("Succeeded", "Failed"):
@@ -348,7 +377,10 @@ class KindNodePlugins:
             wait.until(f"the plugin of {driver} on {self.node} (pod {NAMESPACE}/{name}) to print `ready`", ready,
                        timeout, interval=0.3, diagnostics=lambda: self._describe(name))
         except wait.WaitTimeout:
-            self.stop(driver, rolling_update_id=rolling_update_id)  # ours: never leave it running
+            if on_timeout is not None:
+                on_timeout()
+            else:
+                self.stop(driver, rolling_update_id=rolling_update_id)  # ours: never leave it running
             raise
 
     def _keep_log(self, name: str, driver: str, rolling_update_id: str | None) -> None:
@@ -371,3 +403,44 @@ class KindNodePlugins:
         return (f"pod {NAMESPACE}/{name}: phase {pod.status.phase}, containers {statuses}\n"
                 f"log:\n{self._pod_log(name)[-2000:]}")
 
+
+
+class KindDevicePlugins:
+    """The legacy device plugins one user runs on a kind worker (local: realnode.deviceplugins.NodeDevicePlugins):
+    one pod per extended resource; `calls` reads its journal on the node; `close()` deletes the pods."""
+
+    def __init__(self, node: KindNodePlugins):
+        self.node = node
+        self._pods: dict[str, str] = {}  # resource -> pod
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def run(self, resource: str, profile: str, pre_start_required: bool = False) -> None:
+        body = device_plugin_pod(self.node.name, resource, profile, self.node.image, pre_start_required)
+        self._pods[resource] = body["metadata"]["name"]
+        self.node.k8s.core.create_namespaced_pod(NAMESPACE, body)
+        self.node._wait_ready(body["metadata"]["name"], f"device plugin {resource}", None, READY_TIMEOUT,
+                              on_timeout=lambda: self.stop(resource))
+
+    def stop(self, resource: str) -> None:
+        """SIGTERM (the pod deleted): its sockets go, the kubelet withdraws the devices."""
+        pod = self._pods.pop(resource, None)
+        if pod is not None:
+            self.node._delete_pod(pod)
+
+    def calls(self, resource: str) -> list[dict]:
+        """Every call the kubelet made into the plugin (fake_devices.deviceplugin.journal), read on the node."""
+        path = device_plugin_state(resource) / journal.FILE_NAME
+        try:
+            return journal.parse(self.node.read(path))
+        except FileNotFoundError:
+            return []
+
+    def close(self) -> None:
+        started = list(self._pods)
+        for resource in started:
+            self.stop(resource)
+        if started:
+            self.node._on_node(["rm", "-rf", "--", *(str(device_plugin_state(r)) for r in started)])

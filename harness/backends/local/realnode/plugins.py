@@ -21,6 +21,7 @@ import psutil
 from fake_devices.kubeletplugin.generated import podresources_v1_pb2, podresources_v1_pb2_grpc
 from harness.backends.local import process
 from harness.backends.local.realnode import node
+from harness.backends.local.realnode.deviceplugins import NodeDevicePlugins
 from harness.backends.local.realnode.reboot import reboot as reboot_node
 from harness.backends.local.realnode.sharing import WAIT, NodeUse
 from harness.core.errors import ComponentError
@@ -103,7 +104,7 @@ class NodePlugins:
         # alone, so it never disturbs another test (pytest -n 2) in the middle of its pods.
         self.use = NodeUse(node)
 
-    processes_here = True  # the plugins are processes of this machine; so can be what runs beside them
+    processes_here = True  # the plugins are processes of this machine, and the node's files are its files
 
     @property
     def name(self) -> str:
@@ -156,6 +157,11 @@ class NodePlugins:
             raise
         finally:
             channel.close()
+
+    def device_plugins(self) -> NodeDevicePlugins:
+        """Legacy device plugins on this node (host processes; the migration tests), the node held meanwhile."""
+        self.use.share()
+        return NodeDevicePlugins(self.cluster_dir, self.node)
 
     def hold(self) -> None:
         """Count as a user of the node until close(), with no plugin of ours started: a test that runs other
