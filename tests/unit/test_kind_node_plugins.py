@@ -98,3 +98,14 @@ def test_a_device_plugin_pod_registers_through_the_plugin_watcher_and_journals_o
         "metadata"]["name"]
     assert "--pre-start-required" not in node_plugins.device_plugin_pod("n", "r.io/x", "tiny", "img")["spec"][
         "containers"][0]["args"]
+
+
+def test_the_tests_plugins_go_to_a_worker_without_the_deployed_drivers_devices():
+    from fake_devices.config import PROFILE_LABEL
+    from harness.backends.kind.backend import plugin_node
+
+    workers = ["c-worker", "c-worker2", "c-worker3"]
+    labels = {"c-worker": {PROFILE_LABEL: "dgx-h100"}, "c-worker2": {}, "c-worker3": {PROFILE_LABEL: "a100-mig"}}
+    assert plugin_node(workers, labels) == "c-worker2"
+    assert plugin_node(workers, {n: {PROFILE_LABEL: "p"} for n in workers}) == "c-worker3"  # all have devices
+    assert plugin_node(["c-worker", "c-gone"], {"c-worker": {PROFILE_LABEL: "p"}}) == "c-gone"  # unlisted: as profiled

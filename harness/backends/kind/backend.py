@@ -489,8 +489,6 @@ class KindBackend(Backend):
 
     @staticmethod
     def _plugin_node(cluster: state_file.ClusterState) -> str | None:
-        """A worker for the tests' own plugins: one without a profile if there is one, where the deployed driver has
-        no devices (the suite's vendor-mode tests allocate those) and a kubelet restart disturbs none of them."""
         workers = list(cluster.data.get("nodes") or [])[1:]  # the first is the control plane
         if not workers:
             return None
@@ -499,8 +497,7 @@ class KindBackend(Backend):
             labels = {n.metadata.name: n.metadata.labels or {} for n in clients.core.list_node().items}
         finally:
             clients.close()
-        plain = [name for name in workers if PROFILE_LABEL not in labels.get(name, {PROFILE_LABEL: ""})]
-        return (plain or workers)[-1]
+        return plugin_node(workers, labels)
 
     def _kind_clusters(self, tools: Tools) -> set[str]:
         out = run_quiet([tools.kind, "get", "clusters"], timeout=60, env=tools.env)
@@ -520,6 +517,14 @@ class KindBackend(Backend):
                 seen[parts[0]] = (parts[1] == "true", int(parts[2]) if parts[2].isdigit() else None)
         return [ComponentStatus(node, seen.get(node, (False, None))[1], seen.get(node, (False, None))[0],
                                 f"docker logs {node}") for node in nodes]
+
+
+def plugin_node(workers: list[str], labels: dict[str, dict]) -> str:
+    """The worker for the tests' own plugins: the last one without a profile if there is one, where the deployed
+    driver has no devices (the suite's vendor-mode tests allocate those) and a kubelet restart disturbs none of them;
+    else the last worker. A worker the API does not list counts as one with a profile."""
+    plain = [name for name in workers if PROFILE_LABEL not in labels.get(name, {PROFILE_LABEL: ""})]
+    return (plain or workers)[-1]
 
 
 def _known_gates(kubernetes_version: str) -> set[str] | None:
