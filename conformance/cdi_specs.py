@@ -1,14 +1,16 @@
-"""The CDI spec files a driver writes for a claim on a node, in the node's CDI directory where the cluster
-record names it (real nodes dra-harness runs)."""
+"""The CDI spec files a driver writes for a claim on a node, in the node's CDI directory where the cluster's
+backend can read it (the local backend's real node; a kind node, through `docker exec`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness.pytest_plugin.plugin import node_cdi_dir
+
 
 def known_cdi_dir(dra_cluster, node: str) -> Path | None:
-    """The CDI spec directory of `node` where the cluster record names it (real nodes dra-harness runs)."""
-    return {real.name: real.cdi_dir for real in dra_cluster.real_nodes}.get(node)
+    """The CDI spec directory of `node` where the backend can read it (a Path, or a read-only stand-in for one)."""
+    return node_cdi_dir(dra_cluster, node)
 
 
 def cdi_specs_of(cdi_dir: Path, claim_uid: str) -> list[Path]:

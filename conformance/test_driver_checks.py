@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance import checks, class_selectors, container_view, driver_checks, objects
+from conformance import cdi_specs, checks, class_selectors, container_view, driver_checks, objects
 from fake_devices import faults, render
 from harness.config import capabilities
 from harness.k8s import wait
 from harness.k8s.nodes import SHELL_IMAGE
-from harness.pytest_plugin.plugin import vendor_driver
+from harness.pytest_plugin.plugin import node_runtime_query, vendor_driver
 from harness.sanity import rules
 
 
@@ -134,13 +134,16 @@ class KubeletTargets:
     runtimes: dict[str, tuple[str, ...]]  # node -> argv that queries its container runtime, where reachable
 
 
-def _known_cdi_dirs(dra_cluster) -> dict[str, Path]:
-    """The CDI directories of the real nodes the cluster record names (none on kind or your own cluster)."""
-    return {node.name: node.cdi_dir for node in dra_cluster.real_nodes if node.cdi_dir is not None}
+def _known_cdi_dirs(dra_cluster, nodes) -> dict[str, Path]:
+    """The CDI directories of those `nodes` the cluster's backend can read (the local backend's real node, kind's
+    nodes; none of your own cluster's)."""
+    found = {node: cdi_specs.known_cdi_dir(dra_cluster, node) for node in nodes}
+    return {node: cdi_dir for node, cdi_dir in found.items() if cdi_dir is not None}
 
 
-def _known_runtimes(dra_cluster) -> dict[str, tuple[str, ...]]:
-    return {node.name: node.runtime_query for node in dra_cluster.real_nodes if node.runtime_query}
+def _known_runtimes(dra_cluster, nodes) -> dict[str, tuple[str, ...]]:
+    found = {node: node_runtime_query(dra_cluster, node) for node in nodes}
+    return {node: query for node, query in found.items() if query}
 
 
 def _cdi_specs_of(cdi_dir: Path | None, claim_uid: str) -> list[Path]:
@@ -194,7 +197,8 @@ def kubelet_targets(request, k8s, cluster_facts, dra_namespace) -> KubeletTarget
         # the default image exists only on the local real node, which never pulls
         cluster = request.getfixturevalue("dra_cluster")
         return KubeletTargets(targets, vendor.test_image, None, "Never" if vendor.default_image else "IfNotPresent",
-                              _known_cdi_dirs(cluster), _known_runtimes(cluster))
+                              _known_cdi_dirs(cluster, cluster_facts.kubelet_nodes),
+                              _known_runtimes(cluster, cluster_facts.kubelet_nodes))
     real_node = request.getfixturevalue("real_node")
     fake = request.getfixturevalue("fake_driver")({real_node.name: "tiny"})
     real_node.run_for(fake)
@@ -203,8 +207,7 @@ def kubelet_targets(request, k8s, cluster_facts, dra_namespace) -> KubeletTarget
                                          2)],  # tiny: two GPUs
                           SHELL_IMAGE, ["sh", "-c", "exec sleep 3600"], "Never",
                           # the CDI directory as a directory of this machine: not a kind worker's
-                          {real_node.name: real_node.cdi_dir} if real_node.processes_here else {},
-                          _known_runtimes(cluster))
+                          _known_cdi_dirs(cluster, [real_node.name]), _known_runtimes(cluster, [real_node.name]))
 
 
 @pytest.mark.needs_kubelet

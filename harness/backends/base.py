@@ -103,10 +103,6 @@ class NodePluginHandle(Protocol):
     @property
     def cdi_dir(self) -> Any: ...
 
-    # whether the node's plugins are processes of this machine (the local backend), so its files (the CDI directory)
-    # are files of this machine too
-    processes_here: bool
-
     def device_plugins(self) -> Any:
         """Legacy device plugins on the node (run, stop, calls, close), the node held meanwhile."""
 
@@ -228,6 +224,17 @@ class Backend(abc.ABC):
         None: one the backend picks), for a test of the node half; None where the backend cannot (an
         existing cluster: the harness does not know what it may run on your nodes)."""
         return None
+
+    def node_cdi_dir(self, info: ClusterInfo, node: str) -> Any | None:
+        """The CDI spec directory of `node` (run by a real kubelet) as the suite reads it: a Path of this machine,
+        or a read-only stand-in with `is_dir()`, `iterdir()` and entries' `read_text()`; None where unknown."""
+        return next((real.cdi_dir for real in info.real_nodes if real.name == node and real.cdi_dir is not None), None)
+
+    def node_runtime_query(self, info: ClusterInfo, node: str) -> tuple[str, ...] | None:
+        """The argv prefix that asks `node`'s containerd about its containers (`... containers info ID`); None where
+        this machine cannot ask it."""
+        return next((tuple(real.runtime_query) for real in info.real_nodes if real.name == node and real.runtime_query),
+                    None)
 
     def component_watch(self, info: ClusterInfo) -> ComponentWatchHandle | None:
         """A watch over the components the backend runs for `info`, for the suite to end waits and fail

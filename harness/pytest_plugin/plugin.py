@@ -185,6 +185,17 @@ def _given_cluster_kubeconfig(options: sessions.SessionOptions) -> Path | None:
     return None
 
 
+def node_cdi_dir(info: ClusterInfo, node: str):
+    """The CDI spec directory of a node run by a real kubelet, as the cluster's backend reads it (a Path on the local
+    backend's real node, the node's own directory through `docker exec` on kind); None where it is out of reach."""
+    return backends.get(info.backend).node_cdi_dir(info, node)
+
+
+def node_runtime_query(info: ClusterInfo, node: str) -> tuple[str, ...] | None:
+    """The argv prefix that asks the node's containerd about a container (`... containers info ID`), or None."""
+    return backends.get(info.backend).node_runtime_query(info, node)
+
+
 def vendor_driver(config: pytest.Config):
     """The VendorDriver under test, or None when the fake driver is under test."""
     return config.stash.get(_VENDOR, None)

@@ -4,8 +4,10 @@ made of, and the node lock they share with the local backend's plugins. Run end 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+from pathlib import PurePosixPath
 
 import pytest
 
@@ -109,3 +111,44 @@ def test_the_tests_plugins_go_to_a_worker_without_the_deployed_drivers_devices()
     assert plugin_node(workers, labels) == "c-worker2"
     assert plugin_node(workers, {n: {PROFILE_LABEL: "p"} for n in workers}) == "c-worker3"  # all have devices
     assert plugin_node(["c-worker", "c-gone"], {"c-worker": {PROFILE_LABEL: "p"}}) == "c-gone"  # unlisted: as profiled
+
+
+def test_a_node_directory_is_read_through_the_engine_as_the_suite_reads_a_path(tmp_path):
+    """NodeDir: a kind node's CDI directory for the vendor-mode checks. A stand-in `docker` runs `exec NODE CMD...`
+    here, so the listing and reading run over a real directory."""
+    docker = tmp_path / "docker"
+    docker.write_text('#!/bin/sh\n[ "$1" = exec ] || exit 9\nshift 2\nexec "$@"\n')
+    docker.chmod(0o755)
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    (cdi / "gpu.example.com-uid1.json").write_text('{"kind": "example.com/gpu"}')
+    (cdi / "notes.yaml").write_text("kind: x\n")
+    (cdi / "sub").mkdir()
+    directory = node_plugins.NodeDir("c-worker", PurePosixPath(cdi), [str(docker)], None)
+    assert directory.is_dir() and str(directory) == f"c-worker:{cdi}"
+    entries = directory.iterdir()
+    assert [(e.name, e.is_file(), e.suffix) for e in entries] == [
+        ("gpu.example.com-uid1.json", True, ".json"), ("notes.yaml", True, ".yaml"), ("sub", False, "")]
+    assert entries[0].read_text(errors="replace") == '{"kind": "example.com/gpu"}'
+    with pytest.raises(FileNotFoundError, match="c-worker"):
+        directory.read("gone.json")
+    missing = node_plugins.NodeDir("c-worker", PurePosixPath(tmp_path / "none"), [str(docker)], None)
+    assert not missing.is_dir() and missing.iterdir() == []
+
+
+def test_the_wrapper_passes_sigterm_to_the_plugin(tmp_path):
+    script = node_plugins.WRAPPER.replace("python -m \"$PLUGIN_MODULE\" \"$@\"", "sleep 30")
+    script = script.replace("/run/plugin/pid", str(tmp_path / "pid"))
+    wrapper = subprocess.Popen(["sh", "-c", script, "plugin"])
+    try:
+        deadline = 100
+        while not (tmp_path / "pid").exists() and deadline:  # the child started (bounded: 100 x 0.05 s)
+            deadline -= 1
+            subprocess.run(["sleep", "0.05"])
+        wrapper.terminate()
+        assert wrapper.wait(timeout=10) == 143  # the plugin's status: ended by SIGTERM, not left behind
+    finally:
+        wrapper.kill()
+    child = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)

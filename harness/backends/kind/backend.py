@@ -55,7 +55,7 @@ from harness.backends.kind.config import (
 )
 from harness.backends.kind.host import docker, dockerd, driverbase, enginechoice, nodeimage
 from harness.backends.kind.host.docker import Engine, Facts
-from harness.backends.kind.node_plugins import KindNodePlugins
+from harness.backends.kind.node_plugins import KindNodePlugins, NodeDir
 from harness.backends.kind.preflight import Tools, preflight, which_with_cached_kind
 from harness.backends.kind.steps import KWOK_ARCHIVE, KWOK_MANIFESTS, Plan, down_steps, plan_steps
 from harness.backends.kind.vendor_file import vendor_driver
@@ -486,6 +486,25 @@ class KindBackend(Backend):
             return None
         return KindNodePlugins(Path(cluster.kubeconfig), node, cluster.data["driverImage"], [tools.docker], tools.env,
                                state_dir(info.name) / "node-locks" / node)
+
+    def _node_tools(self, info: ClusterInfo, node: str) -> Tools | None:
+        """The engine's tools where `node` is a node of this kind cluster (run by a real kubelet); else None."""
+        cluster = self._load(info.name)
+        if node not in (cluster.data.get("nodes") or []):
+            return None
+        return self._preflight(None) if self._preflight == self._machine_preflight else self._preflight()
+
+    def node_cdi_dir(self, info: ClusterInfo, node: str) -> NodeDir | None:
+        tools = self._node_tools(info, node)
+        return NodeDir(node, KindNodePlugins.cdi_dir, [tools.docker], tools.env) if tools else None
+
+    def node_runtime_query(self, info: ClusterInfo, node: str) -> tuple[str, ...] | None:
+        tools = self._node_tools(info, node)
+        if tools is None:
+            return None
+        # the caller runs it without our environment: the harness's own dockerd is named on the command line
+        engine = [f"--host={tools.env['DOCKER_HOST']}"] if tools.env and tools.env.get("DOCKER_HOST") else []
+        return (tools.docker, *engine, "exec", node, "ctr", "--namespace=k8s.io")
 
     @staticmethod
     def _plugin_node(cluster: state_file.ClusterState) -> str | None:

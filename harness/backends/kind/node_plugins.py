@@ -22,7 +22,7 @@ import shlex
 import tempfile
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from fake_devices.deviceplugin import journal
@@ -41,10 +41,11 @@ PLUGIN_LABEL = "dra-harness.x-k8s.io/test-plugin"  # value: the pod's node; the 
 FAULTS_BINDING = "dra-harness-test-plugin-faults"  # RoleBinding in a test's namespace: the plugin reads its faults
 STATE_ROOT = PurePosixPath("/var/lib/dra-harness/test-plugins")  # checkpoints, one directory per driver
 # Under a shell, so that a crash can be simulated: the plugin is not PID 1, which ignores a SIGKILL sent from
-# inside its own PID namespace. SIGTERM (pod deletion) is passed on, and the pod ends with the plugin.
+# inside its own PID namespace. SIGTERM (pod deletion) is passed on, and the pod ends with the plugin's status
+# (the first `wait` also catches a plugin that ended before the loop could look at it).
 WRAPPER = ('python -m "$PLUGIN_MODULE" "$@" & pid=$!; echo $pid > /run/plugin/pid; '
            'trap \'kill -TERM $pid\' TERM INT; '
-           'while kill -0 $pid 2>/dev/null; do wait $pid; status=$?; done; exit $status')
+           'wait $pid; status=$?; while kill -0 $pid 2>/dev/null; do wait $pid; status=$?; done; exit $status')
 
 # Run by the image's Python in a plugin pod: the kubelet's PodResources API (k8s.io/kubelet podresources v1) for
 # one pod, printed base64-encoded, or NOTFOUND.
@@ -78,6 +79,60 @@ class NodeFile:
 
     def read_text(self, errors: str | None = None) -> str:
         return self.text
+
+
+@dataclass(frozen=True, order=True)
+class NodeEntry:
+    """An entry of a NodeDir (what the suite uses of a Path: name, suffix, is_file, read_text)."""
+
+    name: str
+    path: str = field(compare=False)
+    regular: bool = field(compare=False)
+    directory: NodeDir = field(compare=False, repr=False)
+
+    @property
+    def suffix(self) -> str:
+        return PurePosixPath(self.name).suffix
+
+    def is_file(self) -> bool:
+        return self.regular
+
+    def read_text(self, errors: str | None = None) -> str:
+        return self.directory.read(self.name)
+
+    def __str__(self) -> str:
+        return f"{self.directory.node}:{self.path}"
+
+
+class NodeDir:
+    """A directory of a kind node, read through `docker exec` (the node's CDI directory, for the suite's vendor-mode
+    checks): `is_dir()`, `iterdir()` and `str()` as the suite uses a Path's."""
+
+    def __init__(self, node: str, path: PurePosixPath, docker: list[str], docker_env: dict | None):
+        self.node, self.path = node, path
+        self._docker, self._docker_env = docker, docker_env
+
+    def _run(self, argv: list[str]):
+        return run_quiet([*self._docker, "exec", self.node, *argv], timeout=60, env=self._docker_env)
+
+    def is_dir(self) -> bool:
+        return self._run(["test", "-d", str(self.path)]).returncode == 0
+
+    def iterdir(self) -> list[NodeEntry]:
+        script = f'cd {shlex.quote(str(self.path))} 2>/dev/null || exit 0; for f in * .[!.]*; do ' \
+                 '[ -e "$f" ] || continue; if [ -f "$f" ]; then echo "f $f"; else echo "o $f"; fi; done; exit 0'
+        done = self._run(["sh", "-c", script])
+        return sorted(NodeEntry(line[2:], str(self.path / line[2:]), line[0] == "f", self)
+                      for line in done.stdout.splitlines() if len(line) > 2)
+
+    def read(self, name: str) -> str:
+        done = self._run(["cat", str(self.path / name)])
+        if done.returncode != 0:
+            raise FileNotFoundError(f"{self.path / name} on node {self.node}: {(done.stderr or '').strip()}")
+        return done.stdout
+
+    def __str__(self) -> str:
+        return f"{self.node}:{self.path}"
 
 
 @dataclass
@@ -164,7 +219,6 @@ class KindNodePlugins:
     plugins_dir = PurePosixPath("/var/lib/kubelet/plugins")
     cdi_dir = PurePosixPath("/var/run/cdi")
     pod_resources_socket = None  # inside the node container: pod_resources() asks from a plugin pod instead
-    processes_here = False  # the node's files are inside its container: read them with read() and names()
 
     def __init__(self, kubeconfig: Path, node: str, image: str, docker: list[str], docker_env: dict | None,
                  lock_dir: Path):

@@ -104,8 +104,6 @@ class NodePlugins:
         # alone, so it never disturbs another test (pytest -n 2) in the middle of its pods.
         self.use = NodeUse(node)
 
-    processes_here = True  # the plugins are processes of this machine, and the node's files are its files
-
     @property
     def name(self) -> str:
         return self.node.name
