@@ -17,4 +17,13 @@ def cdi_specs_of(cdi_dir: Path, claim_uid: str) -> list[Path]:
     """The CDI spec files that mention the claim (drivers name them, or their devices, after its UID)."""
     if not cdi_dir.is_dir():
         return []
-    return sorted(p for p in cdi_dir.iterdir() if p.is_file() and claim_uid in p.read_text(errors="replace"))
+    return sorted(p for p in cdi_dir.iterdir() if p.is_file() and claim_uid in _text(p))
+
+
+def _text(path) -> str:
+    """A spec's text; "" for one removed since the directory was listed (another claim's unprepare, or this one's:
+    a kind node's directory is listed and read in two steps)."""
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""

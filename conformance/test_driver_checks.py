@@ -148,9 +148,7 @@ def _known_runtimes(dra_cluster, nodes) -> dict[str, tuple[str, ...]]:
 
 def _cdi_specs_of(cdi_dir: Path | None, claim_uid: str) -> list[Path]:
     """The CDI spec files that mention the claim (drivers name them after its UID)."""
-    if cdi_dir is None or not cdi_dir.is_dir():
-        return []
-    return sorted(p for p in cdi_dir.iterdir() if p.is_file() and claim_uid in p.read_text(errors="replace"))
+    return cdi_specs.cdi_specs_of(cdi_dir, claim_uid) if cdi_dir is not None else []
 
 
 def _pair_classes_with_drivers(k8s, vendor, kubelet_nodes: list[str]) -> tuple[list[KubeletTarget], list[str]]:
