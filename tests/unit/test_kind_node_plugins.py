@@ -130,6 +130,8 @@ def test_a_node_directory_is_read_through_the_engine_as_the_suite_reads_a_path(t
     assert [(e.name, e.is_file(), e.suffix) for e in entries] == [
         ("gpu.example.com-uid1.json", True, ".json"), ("notes.yaml", True, ".yaml"), ("sub", False, "")]
     assert entries[0].read_text(errors="replace") == '{"kind": "example.com/gpu"}'
+    (cdi / "notes.yaml").unlink()
+    assert entries[0].exists() and not entries[1].exists()  # looked at now, not when listed
     with pytest.raises(FileNotFoundError, match="c-worker"):
         directory.read("gone.json")
     missing = node_plugins.NodeDir("c-worker", PurePosixPath(tmp_path / "none"), [str(docker)], None)

@@ -100,6 +100,10 @@ class NodeEntry:
     def read_text(self, errors: str | None = None) -> str:
         return self.directory.read(self.name)
 
+    def exists(self) -> bool:
+        """Whether it is still there now (not when it was listed)."""
+        return self.directory._run(["test", "-e", self.path]).returncode == 0
+
     def __str__(self) -> str:
         return f"{self.directory.node}:{self.path}"
 
