@@ -11,6 +11,9 @@ reading the node's files (CDI specs, the kubelet's checkpoint, the registry dire
 kubelet. The kubelet's PodResources API is asked from inside a plugin pod (`pod_resources`). A node reboot
 is out of reach (`reboot` raises NotOnThisNode), and so are the plugin's sockets for a client on this
 machine (`plugin_socket` is None): the tests that need them skip saying so.
+
+The migration tests' legacy device plugins run as pods the same way (KindDevicePlugins), and the suite's
+vendor-mode CDI checks read any kind node's CDI directory through NodeDir (the backend's node_cdi_dir).
 """
 
 from __future__ import annotations
