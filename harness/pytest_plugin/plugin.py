@@ -461,8 +461,8 @@ def unique_name(request: pytest.FixtureRequest, dra_run_id: str):
 
 @pytest.fixture
 def real_node(request: pytest.FixtureRequest, dra_cluster: ClusterInfo, k8s: Clients, dra_namespace: str):
-    """The run's node with a real kubelet that the backend started (the cluster record's real_nodes),
-    and the fake driver's kubelet plugins on it: `real_node.run_for(fake)` starts one per driver name.
+    """A node run by a real kubelet where the backend runs the fake driver's kubelet plugins (the local backend's
+    real node: host processes; a kind worker: pods): `real_node.run_for(fake)` starts one per driver name.
     A test that restarts its kubelet or reboots it is marked `disrupts_node`. At teardown the test's
     pods are deleted first (the kubelet unprepares their claims through the plugins), then the plugins
     stop. Skips, with the reason, where the cluster has no such node."""
@@ -470,10 +470,10 @@ def real_node(request: pytest.FixtureRequest, dra_cluster: ClusterInfo, k8s: Cli
     if handle is not None:
         _needs_nodes(request.config)
     else:
-        pytest.skip(f"the cluster under test has no real node that dra-harness runs "
+        pytest.skip(f"the cluster under test has no node where dra-harness runs the fake driver's kubelet plugins "
                     f"({dra_cluster.real_nodes_reason or f'{dra_cluster.backend} cluster started without one'}); on "
-                    "kind or your own cluster use a vendor config (--dra-driver-config) naming the driver your "
-                    "nodes run")
+                    "your own cluster (or kind with --no-deploy) use a vendor config (--dra-driver-config) naming the "
+                    "driver your nodes run")
     try:
         if request.node.get_closest_marker("disrupts_node"):
             handle.will_disrupt()  # before any share of the node: see realnode.sharing
