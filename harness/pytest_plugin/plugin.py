@@ -5,6 +5,7 @@ Only wiring lives here; the cluster lifecycle is in harness.pytest_plugin.sessio
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -22,7 +23,7 @@ from fake_devices.controller import FakeDriver
 from fake_devices.errors import InvalidInput
 from fake_devices.variants import VARIANTS
 from harness import backends
-from harness.backends.base import ComponentWatchHandle
+from harness.backends.base import Backend, ComponentWatchHandle
 from harness.core import diskspace
 from harness.core.errors import ComponentDied, HarnessError
 from harness.core.records import MATURITY_ORDER, ClusterInfo, TestResult, read_cluster, write_results
@@ -185,15 +186,22 @@ def _given_cluster_kubeconfig(options: sessions.SessionOptions) -> Path | None:
     return None
 
 
+@functools.cache
+def _backend(name: str) -> Backend:
+    """One backend object per name in this process: what it finds out about the machine (kind: the engine) is found
+    once, not per node and per test."""
+    return backends.get(name)
+
+
 def node_cdi_dir(info: ClusterInfo, node: str):
     """The CDI spec directory of a node run by a real kubelet, as the cluster's backend reads it (a Path on the local
     backend's real node, the node's own directory through `docker exec` on kind); None where it is out of reach."""
-    return backends.get(info.backend).node_cdi_dir(info, node)
+    return _backend(info.backend).node_cdi_dir(info, node)
 
 
 def node_runtime_query(info: ClusterInfo, node: str) -> tuple[str, ...] | None:
     """The argv prefix that asks the node's containerd about a container (`... containers info ID`), or None."""
-    return backends.get(info.backend).node_runtime_query(info, node)
+    return _backend(info.backend).node_runtime_query(info, node)
 
 
 def vendor_driver(config: pytest.Config):
@@ -466,7 +474,7 @@ def real_node(request: pytest.FixtureRequest, dra_cluster: ClusterInfo, k8s: Cli
     A test that restarts its kubelet or reboots it is marked `disrupts_node`. At teardown the test's
     pods are deleted first (the kubelet unprepares their claims through the plugins), then the plugins
     stop. Skips, with the reason, where the cluster has no such node."""
-    handle = backends.get(dra_cluster.backend).node_plugins(dra_cluster)
+    handle = _backend(dra_cluster.backend).node_plugins(dra_cluster)
     if handle is not None:
         _needs_nodes(request.config)
     else:

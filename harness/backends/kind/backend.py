@@ -110,6 +110,7 @@ class KindBackend(Backend):
         # A given preflight (the tests') is used as it is; the machine's own may provide an engine.
         self._preflight = preflight or self._machine_preflight
         self._own_engine: dict[str, tuple[Engine, Facts]] = {}  # cluster name -> the harness's dockerd it uses
+        self._look: Tools | None = None  # _tools_to_look's answer
 
     def _machine_preflight(self, name: str | None = None) -> Tools:
         """The machine's engine as it is; or, where there is none and the harness can provide one
@@ -480,7 +481,7 @@ class KindBackend(Backend):
         cluster = self._load(info.name)
         if not cluster.data.get("overlay"):
             return None
-        tools = self._preflight(None) if self._preflight == self._machine_preflight else self._preflight()
+        tools = self._tools_to_look()
         node = node or self._plugin_node(cluster)
         if node is None:
             return None
@@ -492,7 +493,14 @@ class KindBackend(Backend):
         cluster = self._load(info.name)
         if node not in (cluster.data.get("nodes") or []):
             return None
-        return self._preflight(None) if self._preflight == self._machine_preflight else self._preflight()
+        return self._tools_to_look()
+
+    def _tools_to_look(self) -> Tools:
+        """The engine's tools for work on a running cluster (our dockerd if it runs), found once per backend object:
+        the suite asks per node and per test, and each preflight runs `docker info` and `kind version`."""
+        if self._look is None:
+            self._look = self._preflight(None) if self._preflight == self._machine_preflight else self._preflight()
+        return self._look
 
     def node_cdi_dir(self, info: ClusterInfo, node: str) -> NodeDir | None:
         tools = self._node_tools(info, node)

@@ -313,10 +313,7 @@ class KindNodePlugins:
     # --- the node -----------------------------------------------------------------------------------------
 
     def read(self, path: PurePosixPath) -> str:
-        done = self._on_node(["cat", str(path)])
-        if done.returncode != 0:
-            raise FileNotFoundError(f"{path} on node {self.node}: {(done.stderr or '').strip()}")
-        return done.stdout
+        return NodeDir(self.node, PurePosixPath(path).parent, self._docker, self._docker_env).read(PurePosixPath(path).name)
 
     def names(self, directory: PurePosixPath, pattern: str = "*") -> list[str]:
         """Names of the entries of a node directory matching a shell pattern (sorted; none if it is missing)."""
