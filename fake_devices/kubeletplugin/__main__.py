@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fake_devices import entrypoint, kube
 from fake_devices.errors import InvalidInput
+from fake_devices.kubeletplugin import startup
 from fake_devices.kubeletplugin.checkpoint import CheckpointError
 from fake_devices.kubeletplugin.config import DEFAULT_MAX_MESSAGE_BYTES, DEFECTS, PluginConfig
 from fake_devices.kubeletplugin.plugin import KubeletPlugin, PluginError
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except (InvalidInput, CheckpointError, PluginError, kube.ConfigException) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print("ready", flush=True)  # callers wait for this line
+    print(startup.READY, flush=True)  # callers wait for this line (and the kubelet's registration: startup)
     stopping.wait()
     plugin.stop()
     api_client.close()

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from fake_devices import unixgrpc
+from fake_devices.kubeletplugin import startup
 from fake_devices.kubeletplugin.cdi import ClaimRef
 from fake_devices.kubeletplugin.generated import (
     dra_health_v1_pb2,
@@ -63,9 +64,9 @@ class Registration(pluginregistration_v1_pb2_grpc.RegistrationServicer):
     def NotifyRegistrationStatus(self, request, context):
         self.status = (request.plugin_registered, request.error)
         if request.plugin_registered:
-            log.info("registered with the kubelet as %s", self.driver)
+            log.info(startup.REGISTERED.format(driver=self.driver))
         else:
-            log.error("the kubelet refused registration of %s: %s", self.driver, request.error)
+            log.error(startup.REFUSED.format(driver=self.driver, error=request.error))
         self.notified.set()
         return pluginregistration_v1_pb2.RegistrationStatusResponse()
 

@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from fake_devices.deviceplugin import journal
 from fake_devices.deviceplugin.plugin import socket_stem
+from fake_devices.kubeletplugin import startup
 from harness.backends.commands import run_quiet
 from harness.backends.local.realnode.plugins import instance_args
 from harness.backends.local.realnode.sharing import WAIT, NodeUse
@@ -252,6 +253,21 @@ class KindNodePlugins:
 
     def run(self, driver: str, instance: str | None = None, namespace: str | None = None,
             rolling_update_id: str | None = None, timeout: float = READY_TIMEOUT) -> None:
+        name = self._create(driver, instance, namespace, rolling_update_id)
+        self._wait_ready(name, driver, rolling_update_id, timeout)
+
+    def run_for(self, fake_driver) -> tuple[str, ...]:
+        """A plugin pod for every driver name of a fake_devices FakeDriver, all created before waiting for any."""
+        config = fake_driver.config
+        drivers = tuple(fake_driver.drivers.all())
+        pods = [self._create(driver, config.instance, config.namespace) for driver in drivers]
+        for driver, pod in zip(drivers, pods):
+            self._wait_ready(pod, driver, None, READY_TIMEOUT)
+        return drivers
+
+    def _create(self, driver: str, instance: str | None, namespace: str | None,
+                rolling_update_id: str | None = None) -> str:
+        """Create the plugin's pod (and the fault RoleBinding of its namespace); its name."""
         self.use.share()
         if namespace:
             try:
@@ -263,13 +279,7 @@ class KindNodePlugins:
         self._running[(driver, rolling_update_id)] = _Running(name, instance, namespace)  # close() deletes it
         self._drivers.add(driver)
         self.k8s.core.create_namespaced_pod(NAMESPACE, body)
-        self._wait_ready(name, driver, rolling_update_id, timeout)
-
-    def run_for(self, fake_driver) -> tuple[str, ...]:
-        config = fake_driver.config
-        for driver in fake_driver.drivers.all():
-            self.run(driver, config.instance, config.namespace)
-        return tuple(fake_driver.drivers.all())
+        return name
 
     def stop(self, driver: str, kill: bool = False, rolling_update_id: str | None = None) -> None:
         """SIGTERM (the pod deleted), or SIGKILL to the plugin itself first to simulate a crash; the
@@ -367,8 +377,13 @@ class KindNodePlugins:
 
     def close(self) -> None:
         try:
-            for driver, rolling_update_id in list(self._running):
-                self.stop(driver, rolling_update_id=rolling_update_id)
+            # every pod deleted first, then waited for: the plugins end side by side
+            pods = [running.pod for running in self._running.values()]
+            for pod in pods:
+                errors.ignore_missing(self.k8s.core.delete_namespaced_pod, pod, NAMESPACE)
+            for pod in pods:
+                self._delete_pod(pod)
+            self._running.clear()
             # what the plugins left on the node (checkpoint, socket directory): the driver names were this test's own
             leftovers = [str(d / driver) for driver in sorted(self._drivers) for d in (STATE_ROOT, self.plugins_dir)]
             if leftovers:
@@ -423,16 +438,25 @@ class KindNodePlugins:
             return ""
 
     def _wait_ready(self, name: str, driver: str, rolling_update_id: str | None, timeout: float,
-                    on_timeout: Callable[[], None] | None = None) -> None:
+                    on_timeout: Callable[[], None] | None = None, device_plugin: bool = False) -> None:
+        """Until the pod's plugin serves and (a DRA kubelet plugin) the kubelet registered it."""
         def ready() -> bool:
             pod = self._pod(name)
             if pod is not None and pod.status.phase in ("Succeeded", "Failed"):
                 raise ComponentError(f"plugin {driver} on {self.node}", f"pod {NAMESPACE}/{name} ended during start",
                                      log_tail=self._pod_log(name)[-3000:])
-            return pod is not None and pod.status.phase == "Running" and "ready\n" in self._pod_log(name)
+            if pod is None or pod.status.phase != "Running":
+                return False
+            if device_plugin:  # registers itself with the kubelet, after `ready`
+                return "ready\n" in self._pod_log(name)
+            try:  # serving, and registered by the kubelet (fake_devices.kubeletplugin.startup)
+                return startup.registered(self._pod_log(name), driver)
+            except startup.RegistrationRefused as err:
+                raise ComponentError(f"plugin {driver} on {self.node}", str(err),
+                                     log_tail=self._pod_log(name)[-3000:]) from None
 
         try:
-            wait.until(f"the plugin of {driver} on {self.node} (pod {NAMESPACE}/{name}) to print `ready`", ready,
+            wait.until(f"the plugin of {driver} on {self.node} (pod {NAMESPACE}/{name}) to serve and be registered", ready,
                        timeout, interval=0.3, diagnostics=lambda: self._describe(name))
         except wait.WaitTimeout:
             if on_timeout is not None:
@@ -480,7 +504,7 @@ class KindDevicePlugins:
         self._pods[resource] = body["metadata"]["name"]
         self.node.k8s.core.create_namespaced_pod(NAMESPACE, body)
         self.node._wait_ready(body["metadata"]["name"], f"device plugin {resource}", None, READY_TIMEOUT,
-                              on_timeout=lambda: self.stop(resource))
+                              on_timeout=lambda: self.stop(resource), device_plugin=True)
 
     def stop(self, resource: str) -> None:
         """SIGTERM (the pod deleted): its sockets go, the kubelet withdraws the devices."""

@@ -55,16 +55,24 @@ def start(name: str, argv: list[str], cluster_dir: Path, env: dict[str, str] | N
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=cluster_dir, env={**os.environ, **(env or {})}, start_new_session=True)
+    return record(name, proc.pid, argv, cluster_dir, env, popen=proc)
+
+
+def record(name: str, pid: int, argv: list[str], cluster_dir: Path, env: dict[str, str] | None = None,
+           popen: subprocess.Popen | None = None) -> Running:
+    """Write `pids/<name>.json` for a process started for this cluster (by `start`, or forked by another process:
+    realnode/forked.py) and return it as Running."""
     try:
-        created = psutil.Process(proc.pid).create_time()
+        created = psutil.Process(pid).create_time()
     except psutil.NoSuchProcess:
         created = 0.0
-    start_offset = proctime.started_after_boot(proc.pid)
-    running = Running(name, proc.pid, created, log_path, proc, start_offset, proctime.boot_id())
+    start_offset = proctime.started_after_boot(pid)
+    running = Running(name, pid, created, cluster_dir / "logs" / f"{name}.log", popen, start_offset,
+                      proctime.boot_id())
     # argv and env overrides: what the supervisor (supervisor.py) needs to start it again.
-    (pids / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "createTime": created, "startedAfterBoot":
-                                                   start_offset, "bootId": proctime.boot_id(), "argv": argv,
-                                                   "env": env or {}}))
+    (cluster_dir / "pids" / f"{name}.json").write_text(json.dumps(
+        {"pid": pid, "createTime": created, "startedAfterBoot": start_offset, "bootId": proctime.boot_id(),
+         "argv": argv, "env": env or {}}))
     return running
 
 

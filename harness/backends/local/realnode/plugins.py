@@ -12,15 +12,17 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 import psutil
 
+from fake_devices.kubeletplugin import startup
 from fake_devices.kubeletplugin.generated import podresources_v1_pb2, podresources_v1_pb2_grpc
 from harness.backends.local import process
-from harness.backends.local.realnode import node
+from harness.backends.local.realnode import forked, node
 from harness.backends.local.realnode.deviceplugins import NodeDevicePlugins
 from harness.backends.local.realnode.reboot import reboot as reboot_node
 from harness.backends.local.realnode.sharing import WAIT, NodeUse
@@ -56,41 +58,83 @@ def process_name(node: RealNodeRecord, driver: str, rolling_update_id: str | Non
 def start(cluster_dir: Path, node: RealNodeRecord, driver: str, kubeconfig: Path, instance: str | None = None,
           namespace: str | None = None, timeout: float = READY_TIMEOUT,
           rolling_update_id: str | None = None) -> process.Running:
-    """Start the plugin for `driver` and wait for its `ready` line (both sockets serve). With a
+    """Start the plugin for `driver` and wait until it serves and the kubelet registered it. With a
     `rolling_update_id` it is a further instance beside the usual one (an upgrade in progress)."""
+    starting = launch(cluster_dir, node, driver, kubeconfig, instance, namespace, rolling_update_id)
+    return wait_ready(cluster_dir, node, starting, timeout)
+
+
+@dataclass(frozen=True)
+class Starting:
+    """A plugin process launched and not yet known to be ready: where in its log the `ready` line will appear."""
+    driver: str
+    rolling_update_id: str | None
+    running: process.Running
+    log: Path
+    offset: int
+
+
+def launch(cluster_dir: Path, node: RealNodeRecord, driver: str, kubeconfig: Path, instance: str | None = None,
+           namespace: str | None = None, rolling_update_id: str | None = None) -> Starting:
+    """Start the plugin's process without waiting for it (several start side by side: most of a start is
+    Python importing grpc and the kubernetes client, about 1.2 s each on an idle machine)."""
     name = process_name(node, driver, rolling_update_id)
     log = cluster_dir / "logs" / f"{name}.log"
     offset = log.stat().st_size if log.exists() else 0  # a restarted plugin appends to the same log
-    running = process.start(name, argv(node, driver, kubeconfig, instance, namespace,
-                                       rolling_update_id=rolling_update_id), cluster_dir)
+    running = forked.start(name, argv(node, driver, kubeconfig, instance, namespace,
+                                      rolling_update_id=rolling_update_id), cluster_dir)
+    return Starting(driver, rolling_update_id, running, log, offset)
+
+
+def wait_ready(cluster_dir: Path, node: RealNodeRecord, starting: Starting,
+               timeout: float = READY_TIMEOUT) -> process.Running:
+    """Wait until a launched plugin serves and the kubelet registered it (fake_devices.kubeletplugin.startup);
+    one that exits, is refused or stays silent is stopped and named."""
+    name, log = starting.running.name, starting.log
     deadline = time.monotonic() + timeout
     while True:
         with open(log, "rb") as handle:
-            handle.seek(offset)
-            if b"ready\n" in handle.read():
-                return running
-        if not process.alive(running):
+            handle.seek(starting.offset)
+            try:
+                if startup.registered(handle.read().decode(errors="replace"), starting.driver):
+                    return starting.running
+            except startup.RegistrationRefused as err:
+                stop(cluster_dir, node, starting.driver, rolling_update_id=starting.rolling_update_id)
+                raise ComponentError(name, str(err), log_file=log, log_tail=process.tail(log)) from None
+        if not process.alive(starting.running):
             (cluster_dir / "pids" / f"{name}.json").unlink(missing_ok=True)
             raise ComponentError(name, "exited during start", log_file=log, log_tail=process.tail(log))
         if time.monotonic() > deadline:
-            stop(cluster_dir, node, driver, rolling_update_id=rolling_update_id)  # ours: never leave it running
-            raise ComponentError(name, f"not ready after {timeout:.0f}s", log_file=log, log_tail=process.tail(log))
+            # ours: never leave it running
+            stop(cluster_dir, node, starting.driver, rolling_update_id=starting.rolling_update_id)
+            raise ComponentError(name, f"not ready and registered with the kubelet after {timeout:.0f}s", log_file=log,
+                                 log_tail=process.tail(log))
         time.sleep(0.05)
 
 
 def stop(cluster_dir: Path, node: RealNodeRecord, driver: str, kill: bool = False,
          rolling_update_id: str | None = None) -> None:
     """Stop the plugin (SIGTERM, or SIGKILL to simulate a crash); its checkpoint stays."""
-    name = process_name(node, driver, rolling_update_id)
-    running = process.recorded(cluster_dir).get(name)
-    if running is None:
-        return
-    if process.alive(running):
-        proc = psutil.Process(running.pid)
-        if kill:
-            proc.kill()
-        process.terminate([proc], 0.0 if kill else 5.0)
-    (cluster_dir / "pids" / f"{name}.json").unlink(missing_ok=True)
+    stop_all(cluster_dir, node, [(driver, rolling_update_id)], kill)
+
+
+def stop_all(cluster_dir: Path, node: RealNodeRecord, plugins: list[tuple[str, str | None]],
+             kill: bool = False) -> None:
+    """Stop several plugins (driver, rolling update id) side by side: all are signalled, then waited for."""
+    recorded = process.recorded(cluster_dir)
+    names = [process_name(node, driver, rolling_update_id) for driver, rolling_update_id in plugins]
+    procs = []
+    for running in (recorded.get(name) for name in names):
+        if running is not None and process.alive(running):
+            try:
+                procs.append(psutil.Process(running.pid))
+                if kill:
+                    procs[-1].kill()
+            except psutil.NoSuchProcess:  # ended on its own meanwhile
+                pass
+    process.terminate(procs, 0.0 if kill else 5.0)
+    for name in names:
+        (cluster_dir / "pids" / f"{name}.json").unlink(missing_ok=True)
 
 
 class NodePlugins:
@@ -177,11 +221,19 @@ class NodePlugins:
         start(self.cluster_dir, self.node, driver, self.kubeconfig, instance, namespace)
 
     def run_for(self, fake_driver) -> tuple[str, ...]:
-        """Run a plugin for every driver name of a fake_devices FakeDriver; returns the names."""
+        """Run a plugin for every driver name of a fake_devices FakeDriver, started side by side; returns the
+        names once every one is ready."""
         config = fake_driver.config
-        for driver in fake_driver.drivers.all():
-            self.run(driver, config.instance, config.namespace)
-        return tuple(fake_driver.drivers.all())
+        drivers = tuple(fake_driver.drivers.all())
+        self.use.share()
+        starting = []
+        for driver in drivers:
+            self._started[driver] = (config.instance, config.namespace)  # first: close() stops it even if it fails
+            starting.append(launch(self.cluster_dir, self.node, driver, self.kubeconfig, config.instance,
+                                   config.namespace))
+        for each in starting:
+            wait_ready(self.cluster_dir, self.node, each)
+        return drivers
 
     def stop(self, driver: str, kill: bool = False) -> None:
         stop(self.cluster_dir, self.node, driver, kill=kill)
@@ -235,11 +287,9 @@ class NodePlugins:
         return sorted(p for p in self.cdi_dir.glob(f"{prefix}*.json"))
 
     def close(self) -> None:
-        for driver, rolling_update_id in list(self._upgrades):
-            self.stop_instance(driver, rolling_update_id)
         try:
-            for driver in list(self._started):
-                self.stop(driver)
+            stop_all(self.cluster_dir, self.node, [*self._upgrades, *((driver, None) for driver in self._started)])
+            self._upgrades.clear()
             self._started.clear()
         finally:
             self.use.release()
