@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.k8s.nodes import REAL_NODE_TAINT_KEY, SHELL_IMAGE
+from harness.k8s.nodes import REAL_NODE_TAINT_KEY, SHELL_IMAGE, UNTIL_DELETED
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
@@ -212,8 +212,9 @@ def admin_request(device_class_name: str, *, name: str = "gpu", selectors: Seque
 # --- pods on a node run by a real kubelet ----------------------------------------------------------
 
 ENV_DONE = "--- env done ---"
+IDLE = ["sh", "-c", UNTIL_DELETED]  # waits until the pod is deleted, then ends at once (harness.k8s.nodes)
 # A container that prints its DRA_* environment (what CDI injected), marks the end, then waits.
-PRINT_DRA_ENV = ["sh", "-c", f"env | grep '^DRA_' | sort; echo '{ENV_DONE}'; exec sleep 3600"]
+PRINT_DRA_ENV = ["sh", "-c", f"env | grep '^DRA_' | sort; echo '{ENV_DONE}'; {UNTIL_DELETED}"]
 
 
 def pod_on_node(name: str, node: str, image: str, *, command: list[str] | None = None,

@@ -203,7 +203,7 @@ def kubelet_targets(request, k8s, cluster_facts, dra_namespace) -> KubeletTarget
     cluster = request.getfixturevalue("dra_cluster")
     return KubeletTargets([KubeletTarget(fake.drivers.gpu, f"{fake.config.instance}-gpu", real_node.name,
                                          2)],  # tiny: two GPUs
-                          SHELL_IMAGE, ["sh", "-c", "exec sleep 3600"], "Never",
+                          SHELL_IMAGE, objects.IDLE, "Never",
                           # the CDI directory as a directory of this machine: not a kind worker's
                           _known_cdi_dirs(cluster, [real_node.name]), _known_runtimes(cluster, [real_node.name]))
 

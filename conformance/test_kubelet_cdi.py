@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.needs_kubelet, pytest.mark.dra_feature("DynamicResourc
 MOUNTS, DEVICES = "--- mounts ---", "--- devices ---"
 # prints the whole environment, the mount table and every path under /dev, then waits
 SHOW_CONTAINER = ["sh", "-c", f"env; echo '{MOUNTS}'; cat /proc/mounts; echo '{DEVICES}'; find /dev; "
-                              f"echo '{objects.ENV_DONE}'; exec sleep 3600"]
+                              f"echo '{objects.ENV_DONE}'; {objects.UNTIL_DELETED}"]
 
 
 @pytest.fixture

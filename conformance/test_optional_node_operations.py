@@ -64,7 +64,7 @@ def test_a_pod_starts_without_the_drivers_plugin_where_its_slice_skips_node_oper
     ns = dra_namespace
     driver = unregistered_driver(["*"])
     k8s.core.create_namespaced_pod(ns, objects.pod_on_node("skips", real_node.name, SHELL_IMAGE,
-                                                           command=["sleep", "3600"], claim_template="one-device"))
+                                                           command=objects.IDLE, claim_template="one-device"))
     checks.containers_running(k8s, ns, "skips", timeout=90)
     claim = checks.pod_claim(k8s, ns, "skips")
     (result,) = claim.status.allocation.devices.results
@@ -81,7 +81,7 @@ def test_without_the_skip_the_kubelet_calls_the_missing_plugin_and_the_pod_does_
     ns = dra_namespace
     driver = unregistered_driver(None)
     k8s.core.create_namespaced_pod(ns, objects.pod_on_node("prepares", real_node.name, SHELL_IMAGE,
-                                                           command=["sleep", "3600"], claim_template="one-device"))
+                                                           command=objects.IDLE, claim_template="one-device"))
     claim = checks.pod_claim(k8s, ns, "prepares")
 
     def failed_prepare():
@@ -160,7 +160,7 @@ def test_the_fake_drivers_skipping_profile_starts_a_pod_with_no_plugin_on_the_no
         [(s.metadata.name, s.spec.skip_node_operations) for s in published]
     k8s.resource.create_namespaced_resource_claim_template(
         ns, objects.claim_template("nic", f"{driver.config.instance}-nic"))
-    k8s.core.create_namespaced_pod(ns, objects.pod_on_node("skips", node, SHELL_IMAGE, command=["sleep", "3600"],
+    k8s.core.create_namespaced_pod(ns, objects.pod_on_node("skips", node, SHELL_IMAGE, command=objects.IDLE,
                                                            claim_template="nic"))
     checks.containers_running(k8s, ns, "skips", timeout=90)
     (result,) = checks.pod_claim(k8s, ns, "skips").status.allocation.devices.results

@@ -13,6 +13,10 @@ IMAGE_REGISTRY = "dra-harness.local"
 IMAGE_RECIPE = "1"  # bump when an image's content or recipe changes
 PAUSE_IMAGE = f"{IMAGE_REGISTRY}/pause:{IMAGE_RECIPE}"
 SHELL_IMAGE = f"{IMAGE_REGISTRY}/shell:{IMAGE_RECIPE}"
+# A shell command for SHELL_IMAGE's containers: wait until the pod is deleted, then end at once. A `sleep` run as the
+# container's first process ignores SIGTERM, so each deletion waited out the grace period (plus the kubelet's next
+# look): measured on the real node, 3.0-3.5 s from delete to gone with `exec sleep 3600`, 1.4 s with this.
+UNTIL_DELETED = "trap 'exit 0' TERM; sleep 3600 & wait"
 
 NOT_READY_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import re
 
+from harness.k8s.nodes import UNTIL_DELETED
+
 DEVICE_PLUGIN, DRA = "device-plugin", "dra"
 ENV_DONE = "--- env done ---"
 ENV_PATTERN = r"^(FAKE_DEVICE_PLUGIN_|DRA_)"
-PRINT_ENV = ["sh", "-c", f"env | grep -E '{ENV_PATTERN}' | sort; echo '{ENV_DONE}'; exec sleep 3600"]
+PRINT_ENV = ["sh", "-c", f"env | grep -E '{ENV_PATTERN}' | sort; echo '{ENV_DONE}'; {UNTIL_DELETED}"]
 ENV_LINE = re.compile(r"^((?:FAKE_DEVICE_PLUGIN_|DRA_)[A-Z0-9_]*)=(.*)$")
 REAL_NODE_TAINT_KEY = "dra-harness.x-k8s.io/real-node"  # harness.backends.local.realnode.kubelet.TAINT_KEY
 
