@@ -246,7 +246,7 @@ def test_pod_resources_api_forgets_the_claim_when_the_pod_goes(k8s: Clients, dra
     ns = dra_namespace
     _prepared_pod(k8s, ns, real_node.name, "leaves")
     k8s.core.create_namespaced_pod(ns, objects.pod_on_node("plain", real_node.name, SHELL_IMAGE,
-                                                           command=["sleep", "3600"]))
+                                                           command=objects.IDLE))
     checks.containers_running(k8s, ns, "plain", timeout=90)
     plain = _pod_resources(real_node, "plain", ns)
     # a pod without claims is listed with no dynamic resources
@@ -259,6 +259,7 @@ def test_pod_resources_api_forgets_the_claim_when_the_pod_goes(k8s: Clients, dra
 
 
 @pytest.mark.dra_feature("DynamicResourceAllocation", maturity="ga")
+@pytest.mark.long_wait("the kubelet's 30 s wiping delay")
 def test_kubelet_wipes_slices_of_a_driver_that_is_gone(k8s: Clients, real_node, node_driver):
     fake = node_driver
     gpu, others = fake.drivers.gpu, [d for d in fake.drivers.all() if d != fake.drivers.gpu]

@@ -235,6 +235,7 @@ def _slices_on(k8s: Clients, node: str, driver: str | None = None) -> dict[str, 
             for s in k8s.resource.list_resource_slice(field_selector=selector).items}
 
 
+@pytest.mark.long_wait("the kubelet's 30 s wiping delay")
 def test_kubelet_wipes_the_slices_of_a_plugin_that_is_gone(request, k8s: Clients, cluster_facts, cluster_objects,
                                                             unique_name, record_property):
     vendor = vendor_driver(request.config)

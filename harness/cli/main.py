@@ -28,6 +28,10 @@ from harness.core.nodelayout import records
 from harness.core.progress import Reporter
 from load import scenarios
 
+# The suite's xdist workers: its tests mostly wait on the cluster (a kubelet, a timeout of the scheduler), so on
+# two cores 6 workers ran it in 104 s against 122-126 s with 4 and 221 s with 2 (BENCHMARKS.md, "Suite time").
+DEFAULT_WORKERS = 6
+
 # A subcommand's implementation is imported when that subcommand runs (marked "lazy: subcommand" below):
 # `jobs.runner`, `jobs.load_runner`, `migration.command`, `kind.host`, `vendor.plugins` and
 # `binaries.noderuntime` load the fake driver's gRPC stubs, the local backend's real nodes and more (about
@@ -67,7 +71,9 @@ def _add_suite_flags(parser: argparse.ArgumentParser) -> None:
                         help="features up to this maturity (default: all)")
     parser.add_argument("--features", default="", help="only these feature gates' tests (comma-separated)")
     parser.add_argument("--report-dir", type=Path, default=Path("reports"))
-    parser.add_argument("-n", "--workers", type=int, default=2, help="pytest-xdist workers (default: 2)")
+    parser.add_argument("-n", "--workers", type=int, default=DEFAULT_WORKERS,
+                        help=f"pytest-xdist workers (default: {DEFAULT_WORKERS}: the tests mostly wait on the cluster, "
+                             "so more workers than cores pay; BENCHMARKS.md, 'Suite time')")
     parser.add_argument("--keep-cluster", action="store_true", help="leave a started cluster running")
     parser.add_argument("--binaries-dir", type=Path, default=None)
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")

@@ -59,7 +59,7 @@ class ConformanceOptions:
     maturity: str = "alpha"
     features: str = ""
     report_dir: Path = Path("reports")
-    workers: int = 2
+    workers: int = 6  # the CLI's DEFAULT_WORKERS
     keep_cluster: bool = False
     binaries_dir: Path | None = None
     versions: Versions | None = None
@@ -231,7 +231,8 @@ def _facts(kubeconfig: str) -> dict:
 
 def _pytest_command(options: ConformanceOptions, cluster_record: Path, extra: list[str] | None = None) -> list[str]:
     report_dir = options.report_dir
-    command = [sys.executable, "-m", "pytest", str(CONFORMANCE_DIR), "-p", "no:cacheprovider",
+    # no:hypothesispytest: the dev extra's fuzzing library, for the harness's own tests, costs each worker 1 s
+    command = [sys.executable, "-m", "pytest", str(CONFORMANCE_DIR), "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
                f"--dra-cluster-record={cluster_record}", f"--junitxml={report_dir / 'junit.xml'}",
                f"--dra-report-dir={report_dir}", f"--dra-maturity={options.maturity}", "-o", "junit_family=xunit2"]
     if options.features:
@@ -239,7 +240,9 @@ def _pytest_command(options: ConformanceOptions, cluster_record: Path, extra: li
     if options.driver_config:
         command.append(f"--dra-driver-config={options.driver_config}")
     if options.workers > 1:
-        command += ["-n", str(options.workers)]
+        # Tests handed out one at a time, in the suite's order (the plugin puts the long ones first): a worker never
+        # holds a queue of long tests while another is idle (measured in BENCHMARKS.md, "Suite time").
+        command += ["-n", str(options.workers), "--dist", "load", "--maxschedchunk", "1"]
     return command + (extra or []) + options.pytest_args
 
 

@@ -30,11 +30,17 @@ def abort_waits_when(check: Callable[[], None]) -> Callable[[], None]:
     return lambda: _abort_checks.remove(check) if check in _abort_checks else None
 
 
+FIRST_STEP = 0.02
+
+
 def until(what: str, check: Callable[[], Any], timeout: float, *, interval: float = 0.2,
           diagnostics: Callable[[], str] | None = None) -> Any:
-    """Call `check` until it returns something truthy; return that. Raise WaitTimeout at the deadline."""
+    """Call `check` until it returns something truthy; return that. Raise WaitTimeout at the deadline.
+    The first looks come quickly (20 ms, then twice as long each time up to `interval`): most waits of the suite
+    end within a few hundred milliseconds, and a fixed 0.2 s step added 0.1 s to each on average."""
     deadline = time.monotonic() + timeout
     last_error: ApiError | None = None
+    step = min(interval, FIRST_STEP)
     while True:
         try:
             result = check()
@@ -52,7 +58,8 @@ def until(what: str, check: Callable[[], Any], timeout: float, *, interval: floa
                 except Exception as err:  # diagnostics must never hide the timeout itself
                     detail += f"\n(diagnostics failed: {err})"
             raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-        time.sleep(interval)
+        time.sleep(step)
+        step = min(interval, step * 2)
 
 
 # A delete whose object is already gone has done its job (one helper for harness and driver).

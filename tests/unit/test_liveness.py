@@ -78,3 +78,11 @@ def test_a_cluster_being_torn_down_is_not_a_death(cluster_dir):
     finally:
         moved.rename(cluster_dir)
 
+
+
+def test_a_wait_looks_again_soon_at_first_then_every_interval(monkeypatch):
+    slept = []
+    monkeypatch.setattr(wait.time, "sleep", slept.append)
+    answers = iter([False] * 7 + [True])
+    assert wait.until("the seventh look", lambda: next(answers), timeout=60, interval=0.2)
+    assert slept == [0.02, 0.04, 0.08, 0.16, 0.2, 0.2, 0.2]

@@ -1,0 +1,42 @@
+"""The order `dra-harness run` hands the suite's tests out in (plugin.long_tests_first), and how it hands them out."""
+
+from pathlib import Path
+
+from harness.jobs import runner
+from harness.pytest_plugin.plugin import long_tests_first
+
+
+class Item:
+    """Just what the ordering looks at: markers and fixture names."""
+
+    def __init__(self, name, markers=(), fixtures=()):
+        self.name, self.markers, self.fixturenames = name, set(markers), list(fixtures)
+
+    def get_closest_marker(self, name):
+        return name if name in self.markers else None
+
+
+def test_restarts_first_then_short_tests_then_long_waits_then_kubelet_tests():
+    items = [Item("kubelet-a", fixtures=["real_node"]), Item("short-a"), Item("wipe", {"long_wait"}, ["real_node"]),
+             Item("reboot", {"disrupts_node"}, ["real_node"]), Item("kubelet-b", {"needs_kubelet"}),
+             Item("short-b"), Item("restart", {"disrupts_node"}, ["real_node"])]
+    assert [i.name for i in long_tests_first(items)] == [
+        "reboot", "restart", "short-a", "short-b", "wipe", "kubelet-a", "kubelet-b"]
+
+
+def test_the_order_is_the_same_in_every_worker():
+    # xdist refuses to run when its workers collected different orders
+    items = [Item(f"t{i}", fixtures=["real_node"] if i % 3 else []) for i in range(30)]
+    assert [i.name for i in long_tests_first(items)] == [i.name for i in long_tests_first(list(items))]
+
+
+def test_run_hands_the_tests_out_one_at_a_time_to_its_workers(tmp_path):
+    options = runner.ConformanceOptions(report_dir=tmp_path)
+    command = runner._pytest_command(options, Path(tmp_path / "cluster.json"))
+    assert command[command.index("-n") + 1] == "6"
+    assert command[command.index("--dist") + 1] == "load" and command[command.index("--maxschedchunk") + 1] == "1"
+
+
+def test_one_worker_runs_in_one_process(tmp_path):
+    command = runner._pytest_command(runner.ConformanceOptions(report_dir=tmp_path, workers=1), tmp_path / "c.json")
+    assert "-n" not in command and "--dist" not in command
