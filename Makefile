@@ -21,7 +21,8 @@ test: install binaries wirecompat example-driver
 
 # The suite on a kind cluster, and a pod through a kind kubelet (docs/kind-and-existing.md): kind and the
 # node image's kubeadm built into the cache; without a Docker engine the harness starts its own (root on
-# Debian). Run on its own, not beside `make test`: it starts a 3-node kind cluster per test.
+# Debian). Run on its own, not beside `make test`: it starts a kind cluster per test (the suite's: clusters/mixed.yaml,
+# kind workers and KWOK nodes; the e2e's: 3 nodes).
 kind-e2e: install binaries
 	$(BIN)/dra-harness binaries install --kind
 	DRA_HARNESS_KIND_E2E=1 $(BIN)/pytest --durations=0 tests/integration/test_kind_conformance.py \
