@@ -2,7 +2,8 @@
 
 The plugin registers through the kubelet's plugins_registry directory and writes CDI specs where
 this node's containerd reads them. It runs as a host process (not a pod): the node has no image
-with Python in it, and a host process needs no image at all. It is recorded like the cluster's other
+with Python in it, and a host process needs no image at all. It is forked from a server that imported the
+plugin once (forked.py). It is recorded like the cluster's other
 processes, so `cluster down` stops it.
 """
 
@@ -66,7 +67,7 @@ def start(cluster_dir: Path, node: RealNodeRecord, driver: str, kubeconfig: Path
 
 @dataclass(frozen=True)
 class Starting:
-    """A plugin process launched and not yet known to be ready: where in its log the `ready` line will appear."""
+    """A plugin process launched and not yet known to be up: where in its log its start lines will appear."""
     driver: str
     rolling_update_id: str | None
     running: process.Running
@@ -76,8 +77,8 @@ class Starting:
 
 def launch(cluster_dir: Path, node: RealNodeRecord, driver: str, kubeconfig: Path, instance: str | None = None,
            namespace: str | None = None, rolling_update_id: str | None = None) -> Starting:
-    """Start the plugin's process without waiting for it (several start side by side: most of a start is
-    Python importing grpc and the kubernetes client, about 1.2 s each on an idle machine)."""
+    """Start the plugin's process (forked: realnode/forked.py) without waiting for it, so that several start side
+    by side."""
     name = process_name(node, driver, rolling_update_id)
     log = cluster_dir / "logs" / f"{name}.log"
     offset = log.stat().st_size if log.exists() else 0  # a restarted plugin appends to the same log
