@@ -9,8 +9,8 @@ from harness.pytest_plugin.plugin import long_tests_first
 class Item:
     """Just what the ordering looks at: markers and fixture names."""
 
-    def __init__(self, name, markers=(), fixtures=()):
-        self.name, self.markers, self.fixturenames = name, set(markers), list(fixtures)
+    def __init__(self, name, markers=(), fixtures=(), path="/repo/conformance/test_x.py"):
+        self.name, self.markers, self.fixturenames, self.path = name, set(markers), list(fixtures), Path(path)
 
     def get_closest_marker(self, name):
         return name if name in self.markers else None
@@ -22,6 +22,14 @@ def test_restarts_first_then_short_tests_then_long_waits_then_kubelet_tests():
              Item("short-b"), Item("restart", {"disrupts_node"}, ["real_node"])]
     assert [i.name for i in long_tests_first(items)] == [
         "reboot", "restart", "short-a", "short-b", "wipe", "kubelet-a", "kubelet-b"]
+
+
+def test_other_tests_keep_their_places_and_the_suite_is_ordered_within_its_own():
+    # `make test`: tests/ and conformance/ in one session; the harness's own tests must not wait behind the suite
+    items = [Item("unit-a", path="/repo/tests/unit/test_a.py"), Item("kubelet", fixtures=["real_node"]),
+             Item("integration", fixtures=["real_node"], path="/repo/tests/integration/test_conformance_x.py"),
+             Item("reboot", {"disrupts_node"}, ["real_node"]), Item("short")]
+    assert [i.name for i in long_tests_first(items)] == ["unit-a", "reboot", "integration", "short", "kubelet"]
 
 
 def test_the_order_is_the_same_in_every_worker():
