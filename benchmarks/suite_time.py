@@ -6,7 +6,7 @@ For each run it prints pytest's own time and the run's wall time (cluster up and
 worker when it finished and how busy it was, and the slowest tests with when they started. The timeline
 comes from a small pytest plugin (this file, loaded into pytest with `-p`), written to
 `<report-dir>/run-N/timeline.jsonl`. A worker that ends well before the others means the order or the hand-out
-of the tests left it idle (harness.pytest_plugin.plugin.long_tests_first); tests that grow when there are
+of the tests left it idle (harness.pytest_plugin.plugin.suite_order); tests that grow when there are
 more workers mean they wait for each other (the real node shared, or the CPU). Numbers: BENCHMARKS.md,
 "Suite time".
 """

@@ -240,7 +240,7 @@ def _pytest_command(options: ConformanceOptions, cluster_record: Path, extra: li
     if options.driver_config:
         command.append(f"--dra-driver-config={options.driver_config}")
     if options.workers > 1:
-        # Tests handed out one at a time, in the suite's order (the plugin puts the long ones first): a worker never
+        # Tests handed out one at a time, in the suite's order (plugin.suite_order): a worker never
         # holds a queue of long tests while another is idle (measured in BENCHMARKS.md, "Suite time").
         command += ["-n", str(options.workers), "--dist", "load", "--maxschedchunk", "1"]
     return command + (extra or []) + options.pytest_args

@@ -103,7 +103,7 @@ MARKERS = (
     "disrupts_node: restarts the kubelet of the `real_node` or reboots it; the fixture then waits for any other "
     "such test to end before the test takes its share of the node (realnode.sharing)",
     "long_wait(reason): the test waits out a fixed delay of Kubernetes (e.g. the kubelet's 30 s before it wipes a "
-    "gone driver's slices); it starts among the first, so that a run does not end waiting for it alone",
+    "gone driver's slices); it starts before the other real-kubelet tests, so that a run does not end waiting for it",
 )
 
 
@@ -231,14 +231,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (dropped if too_new or unwanted else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-    items[:] = long_tests_first(kept)
+    items[:] = suite_order(kept)
 
 
 def uses_a_kubelet(item: pytest.Item) -> bool:
     return "real_node" in getattr(item, "fixturenames", ()) or item.get_closest_marker("needs_kubelet") is not None
 
 
-def long_tests_first(items: list[pytest.Item]) -> list[pytest.Item]:
+def suite_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """The suite in the order that ends it soonest when xdist's workers take one test at a time (`dra-harness run`),
     each group in its own order otherwise (measured in BENCHMARKS.md, "Suite time"):
     1. the tests that restart or reboot the real node: each needs the node alone, so it waits for every test

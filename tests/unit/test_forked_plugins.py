@@ -3,6 +3,7 @@ process.start would have made (session, directory, stdio, pid file, command line
 
 import json
 import os
+import subprocess
 import sys
 
 import psutil
@@ -86,3 +87,13 @@ def test_a_dead_server_is_replaced(cluster_dir):
 def test_only_a_kubelet_plugins_argv_is_forked(cluster_dir):
     with pytest.raises(AssertionError, match="not a kubelet plugin"):
         forked.start("other", [sys.executable, "-m", "fake_devices.deviceplugin"], cluster_dir)
+
+
+def test_a_server_that_does_not_answer_is_replaced(cluster_dir, monkeypatch):
+    silent = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    monkeypatch.setattr(forked, "_server", silent)
+    monkeypatch.setattr(forked, "ANSWER_TIMEOUT", 0.5)
+    running = forked.start("after-silence", _plugin_argv(cluster_dir, "--help"), cluster_dir)
+    wait.until("the forked plugin to end", lambda: not process.alive(running), 30)
+    assert silent.poll() is not None, "the silent server was left running"
+    assert forked._server is not silent and "--driver" in running.log.read_text()

@@ -1,9 +1,9 @@
-"""The order `dra-harness run` hands the suite's tests out in (plugin.long_tests_first), and how it hands them out."""
+"""The order `dra-harness run` hands the suite's tests out in (plugin.suite_order), and how it hands them out."""
 
 from pathlib import Path
 
 from harness.jobs import runner
-from harness.pytest_plugin.plugin import long_tests_first
+from harness.pytest_plugin.plugin import suite_order
 
 
 class Item:
@@ -20,7 +20,7 @@ def test_restarts_first_then_short_tests_then_long_waits_then_kubelet_tests():
     items = [Item("kubelet-a", fixtures=["real_node"]), Item("short-a"), Item("wipe", {"long_wait"}, ["real_node"]),
              Item("reboot", {"disrupts_node"}, ["real_node"]), Item("kubelet-b", {"needs_kubelet"}),
              Item("short-b"), Item("restart", {"disrupts_node"}, ["real_node"])]
-    assert [i.name for i in long_tests_first(items)] == [
+    assert [i.name for i in suite_order(items)] == [
         "reboot", "restart", "short-a", "short-b", "wipe", "kubelet-a", "kubelet-b"]
 
 
@@ -29,13 +29,13 @@ def test_other_tests_keep_their_places_and_the_suite_is_ordered_within_its_own()
     items = [Item("unit-a", path="/repo/tests/unit/test_a.py"), Item("kubelet", fixtures=["real_node"]),
              Item("integration", fixtures=["real_node"], path="/repo/tests/integration/test_conformance_x.py"),
              Item("reboot", {"disrupts_node"}, ["real_node"]), Item("short")]
-    assert [i.name for i in long_tests_first(items)] == ["unit-a", "reboot", "integration", "short", "kubelet"]
+    assert [i.name for i in suite_order(items)] == ["unit-a", "reboot", "integration", "short", "kubelet"]
 
 
 def test_the_order_is_the_same_in_every_worker():
     # xdist refuses to run when its workers collected different orders
     items = [Item(f"t{i}", fixtures=["real_node"] if i % 3 else []) for i in range(30)]
-    assert [i.name for i in long_tests_first(items)] == [i.name for i in long_tests_first(list(items))]
+    assert [i.name for i in suite_order(items)] == [i.name for i in suite_order(list(items))]
 
 
 def test_run_hands_the_tests_out_one_at_a_time_to_its_workers(tmp_path):

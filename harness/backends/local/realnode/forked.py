@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from pathlib import Path
 from harness.backends.local import process
 
 PLUGIN_MODULE = "fake_devices.kubeletplugin"
+ANSWER_TIMEOUT = 60.0  # the server's first answer waits for its import: 1.5 s idle, far more on a loaded machine
 _lock = threading.Lock()
 _server: subprocess.Popen | None = None
 
@@ -62,7 +64,10 @@ def _fork(request: dict) -> int | None:
                 assert _server.stdin is not None and _server.stdout is not None
                 _server.stdin.write(json.dumps(request) + "\n")
                 _server.stdin.flush()
-                answer = _server.stdout.readline()
+                # bounded: a server that does not answer is replaced (each answer is read whole, so nothing
+                # waits in the pipe's buffer that select would miss)
+                answered, _, _ = select.select([_server.stdout], [], [], ANSWER_TIMEOUT)
+                answer = _server.stdout.readline() if answered else ""
             except (BrokenPipeError, OSError):
                 answer = ""
             if answer:
