@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ _RESULTS = pytest.StashKey["ResultRecorder"]()
 _VENDOR_SETUP: pytest.StashKey[Any] = pytest.StashKey()
 _WATCH: pytest.StashKey[ComponentWatchHandle] = pytest.StashKey()
 _RESTARTS_BEFORE: pytest.StashKey[dict[str, int]] = pytest.StashKey()
+_BEGAN: pytest.StashKey[float] = pytest.StashKey()  # the test's setup, as time.time()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -297,7 +299,7 @@ def _name_dead_components(item: pytest.Item, report: pytest.TestReport) -> None:
         return
     try:
         watch.check(look_now=True)
-        death = watch.restarted_since(item.stash.get(_RESTARTS_BEFORE, {}))
+        death = watch.restarted_since(item.stash.get(_RESTARTS_BEFORE, {}), item.stash.get(_BEGAN, None))
     except ComponentDied as err:
         death = str(err)
     crash = getattr(report.longrepr, "reprcrash", None)
@@ -465,6 +467,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         except ComponentDied as err:
             pytest.fail(str(err), pytrace=False)
         item.stash[_RESTARTS_BEFORE] = watch.restarts()
+        item.stash[_BEGAN] = time.time()
 
 
 # Without these no API request can succeed; once one is dead for good, a request would first wait out the

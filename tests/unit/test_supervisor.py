@@ -10,11 +10,12 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import yaml
 
-from harness.backends.local import liveness, process, state, supervisor
+from harness.backends.local import health, liveness, process, state, supervisor
 from harness.backends.local.realnode import sharing
 from harness.core.nodelayout import RealNodeRecord
 from harness.k8s import wait
@@ -89,6 +90,45 @@ def test_a_component_being_restarted_is_not_dead_to_the_watch(cluster_dir, super
     _restarted(cluster_dir, "kube-apiserver", old)
     assert "restart 1" in watch.restarted_since(before)
     assert watch.restarted_since(watch.restarts()) == ""
+
+
+# Prints "ready" once the file GATE exists: the test decides when a (re)started component is ready.
+GATED = [sys.executable, "-c", "import os, time\nwhile not os.path.exists(os.environ['GATE']): time.sleep(0.02)\n"
+         "print('ready', flush=True)\ntime.sleep(120)"]
+
+
+def test_a_restart_counts_once_the_component_is_ready_again(cluster_dir, supervising, tmp_path):
+    gate = tmp_path / "gate"
+    gate.touch()
+    first = process.start("fake-devices", GATED, cluster_dir, env={"GATE": str(gate)},
+                          ready=health.Readiness(line="ready"))
+    wait.until("the first run to be ready", lambda: "ready" in process.tail(first.log), 30)
+    gate.unlink()
+    old = _kill(cluster_dir, "fake-devices")
+    _restarted(cluster_dir, "fake-devices", old)
+    # Started, but its "ready" is not printed yet (the first run's line in the same log does not count).
+    wait.until("the restart to be counted", lambda: supervisor.read_status(cluster_dir)
+               .get("fake-devices", {}).get("restarts") == 1, 30)
+    entry = supervisor.read_status(cluster_dir)["fake-devices"]
+    assert entry["state"] == supervisor.RESTARTING and "readyAt" not in entry, entry
+    gate.touch()
+    entry = wait.until("the restarted component to be ready", lambda: (e := supervisor.read_status(cluster_dir)
+                       .get("fake-devices", {})).get("state") == supervisor.RUNNING and e, 30)
+    assert entry["readyAt"] <= time.time()
+
+
+def test_a_test_that_began_soon_after_a_restart_is_told_of_it(cluster_dir, supervising):
+    process.start("kube-apiserver", SLEEPER, cluster_dir)
+    watch = liveness.ComponentWatch("sv", cluster_dir)
+    old = _kill(cluster_dir, "kube-apiserver")
+    _restarted(cluster_dir, "kube-apiserver", old)
+    entry = wait.until("the restart to be ready", lambda: (e := supervisor.read_status(cluster_dir)
+                       .get("kube-apiserver", {})).get("readyAt") and e, 30)
+    after = watch.restarts()  # the test began after the restart: its count is the baseline
+    soon = watch.restarted_since(after, began=entry["readyAt"] + 5)
+    assert "kube-apiserver died and was restarted by the supervisor 5 s before this test began" in soon, soon
+    assert watch.restarted_since(after, began=entry["readyAt"] + liveness.SETTLE_SECONDS + 1) == ""
+    assert watch.restarted_since(after) == ""  # no start time given: only restarts during the test
 
 
 def test_what_it_does_not_supervise_stays_dead(cluster_dir, supervising):

@@ -19,7 +19,7 @@ from harness import binaries as binaries_mod
 from harness.backends.base import Backend, ClusterInfo, ClusterSpec, ClusterStatus, ComponentStatus, RealNode
 from harness.backends.common import kept_or_removed_on_failure, known_gates
 from harness.backends.kwok import nodes
-from harness.backends.local import components, kubeconfig, liveness, pki, ports, process, state, supervisor
+from harness.backends.local import components, health, kubeconfig, liveness, pki, ports, process, state, supervisor
 from harness.backends.local.realnode import containerd, plugins, preflight, teardown
 from harness.backends.local.realnode import node as realnode
 from harness.binaries import noderuntime
@@ -250,7 +250,7 @@ class LocalBackend(Backend):
                     for rel, content in component.files.items():
                         (cluster.directory / rel).write_text(content)
                     running.append((component, process.start(component.name, component.argv, cluster.directory,
-                                                             component.env)))
+                                                             component.env, ready=component.readiness)))
                 self._wait_healthy(running, tls)
         if real_specs:
             realnode.start_all(cluster, layout, real_specs, runtime, self.reporter)
@@ -268,7 +268,8 @@ class LocalBackend(Backend):
             with self.reporter.step(f"publishing devices ({', '.join(sorted(options.definition.profiles))})"):
                 for rel, content in driver.files.items():
                     (cluster.directory / rel).write_text(content)
-                driver_process = process.start(driver.name, driver.argv, cluster.directory, driver.env)
+                driver_process = process.start(driver.name, driver.argv, cluster.directory, driver.env,
+                                               ready=driver.readiness)
                 self._wait_healthy([(driver, driver_process)], tls, timeout=options.node_timeout)
             self._start_node_plugins(cluster, options.definition, real_specs)
         # Last, once everything it watches is up: from here a component that dies is restarted.
@@ -294,16 +295,7 @@ class LocalBackend(Backend):
                     full = diskspace.explain_no_space(process.tail(proc.log, lines=400), proc.log.parent.parent)
                     raise ComponentError(name, f"exited during start{'' if code is None else f' with code {code}'}"
                                          f"{full}", log_file=proc.log, log_tail=process.tail(proc.log))
-                if component.ready_line:
-                    healthy = component.ready_line in process.tail(proc.log, lines=5)
-                else:
-                    try:
-                        status, _ = https_get(component.health_url,
-                                              tls if component.health_url.startswith("https") else None, timeout=2)
-                    except OSError:
-                        status = 0
-                    healthy = status == 200
-                if healthy:
+                if health.is_ready(component.readiness, proc.log, tls):
                     del pending[name]
             if not pending:
                 return

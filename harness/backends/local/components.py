@@ -16,6 +16,7 @@ import yaml
 from fake_devices import config as driver_config
 from harness.backends.kwok import stages as kwok_stages
 from harness.backends.kwok.nodes import KWOK_NODE_ANNOTATION
+from harness.backends.local.health import Readiness
 from harness.backends.local.pki import Pki
 from harness.binaries import BinarySet
 from harness.config.featuregates import FeatureSettings
@@ -56,6 +57,10 @@ class Component:
     env: dict[str, str] = field(default_factory=dict)
     ready_line: str | None = None  # ... or, for components without an endpoint, a line in their log
     files: dict[str, str] = field(default_factory=dict)  # config files (relative path -> content) to write first
+
+    @property
+    def readiness(self) -> Readiness:
+        return Readiness(self.health_url, self.ready_line)
 
 
 def _gates(layout: ClusterLayout) -> list[str]:

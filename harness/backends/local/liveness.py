@@ -12,7 +12,8 @@ containerd and kubelet count only for a test that uses the node (`nodes_needed`)
 restarts or reboots it (realnode/sharing.py). Not watched: kubelet plugins, which tests stop and
 restart on purpose (each such test checks them itself).
 
-`restarts()` and `restarted_since()` tell a test that failed while a component was restarted.
+`restarts()` and `restarted_since()` tell a test that failed while a component was restarted, or soon
+after it (its clients were still coming back).
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ from harness.core.errors import ComponentDied
 
 WATCHED = supervisor.SUPERVISED
 CHECK_EVERY = 1.0  # seconds between looks: a few small files and /proc entries each time
+# A restarted component is ready again, but its clients (scheduler, controller-manager, KWOK, drivers) come
+# back to it on their own: client-go's reflector retries a broken list/watch with a backoff from 0.8 s up to
+# 30 s (defaultBackoffMax, client-go v0.37.2 tools/cache/reflector.go). A test that fails this soon after a
+# restart is told of it.
+SETTLE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -100,16 +106,27 @@ class ComponentWatch:
         """Restarts so far per component (what the supervisor recorded)."""
         return {name: int(entry.get("restarts", 0)) for name, entry in supervisor.read_status(self.cluster_dir).items()}
 
-    def restarted_since(self, before: dict[str, int]) -> str:
+    def restarted_since(self, before: dict[str, int], began: float | None = None) -> str:
         """'kube-scheduler died and was restarted by the supervisor during this test (...)' for each
-        component restarted since `before` or being restarted now; '' if none."""
+        component restarted since `before` or being restarted now, and (with `began`, the test's start as
+        time.time()) each one that became ready again less than SETTLE_SECONDS before it; '' if none."""
         said = supervisor.read_status(self.cluster_dir)
         if not self.nodes_needed:  # a real node's restart does not concern a test that does not use the node
             said = {name: entry for name, entry in said.items()
                     if name not in supervisor.node_components(self.cluster_dir)}
-        parts = [f"{name} died and was restarted by the supervisor during this test (exited at "
-                 f"{entry.get('lastExit', '?')}, restart {entry.get('restarts')}; {self.cluster_dir / 'logs' / 'supervisor.log'})"
-                 for name, entry in sorted(said.items())
-                 if int(entry.get("restarts", 0)) > before.get(name, 0) or
-                 (entry.get("state") == supervisor.RESTARTING)]
+        where = self.cluster_dir / "logs" / "supervisor.log"
+        parts = []
+        for name, entry in sorted(said.items()):
+            if int(entry.get("restarts", 0)) > before.get(name, 0) or entry.get("state") == supervisor.RESTARTING:
+                parts.append(f"{name} died and was restarted by the supervisor during this test (exited at "
+                             f"{entry.get('lastExit', '?')}, restart {entry.get('restarts')}; {where})")
+            elif began is not None and _recent(entry.get("readyAt"), began):
+                parts.append(f"{name} died and was restarted by the supervisor {began - entry['readyAt']:.0f} s "
+                             f"before this test began (exited at {entry.get('lastExit', '?')}, restart "
+                             f"{entry.get('restarts')}): its clients' watches come back within "
+                             f"{SETTLE_SECONDS:.0f} s of it; {where})")
         return "; ".join(parts)
+
+
+def _recent(ready_at: object, began: float) -> bool:
+    return isinstance(ready_at, (int, float)) and began - SETTLE_SECONDS < ready_at

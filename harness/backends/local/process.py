@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from harness.backends.local.health import Readiness
 from harness.core import proctime
 from harness.core.files import tail  # noqa: F401  (process.tail: the log of a component, for callers here)
 
@@ -46,7 +47,8 @@ class Running:
     boot_id: str = ""
 
 
-def start(name: str, argv: list[str], cluster_dir: Path, env: dict[str, str] | None = None) -> Running:
+def start(name: str, argv: list[str], cluster_dir: Path, env: dict[str, str] | None = None,
+          ready: Readiness | None = None) -> Running:
     logs = cluster_dir / "logs"
     pids = cluster_dir / "pids"
     logs.mkdir(parents=True, exist_ok=True)
@@ -55,11 +57,11 @@ def start(name: str, argv: list[str], cluster_dir: Path, env: dict[str, str] | N
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=cluster_dir, env={**os.environ, **(env or {})}, start_new_session=True)
-    return record(name, proc.pid, argv, cluster_dir, env, popen=proc)
+    return record(name, proc.pid, argv, cluster_dir, env, popen=proc, ready=ready)
 
 
 def record(name: str, pid: int, argv: list[str], cluster_dir: Path, env: dict[str, str] | None = None,
-           popen: subprocess.Popen | None = None) -> Running:
+           popen: subprocess.Popen | None = None, ready: Readiness | None = None) -> Running:
     """Write `pids/<name>.json` for a process started for this cluster (by `start`, or forked by another process:
     realnode/forked.py) and return it as Running."""
     try:
@@ -69,10 +71,11 @@ def record(name: str, pid: int, argv: list[str], cluster_dir: Path, env: dict[st
     start_offset = proctime.started_after_boot(pid)
     running = Running(name, pid, created, cluster_dir / "logs" / f"{name}.log", popen, start_offset,
                       proctime.boot_id())
-    # argv and env overrides: what the supervisor (supervisor.py) needs to start it again.
+    # argv and env overrides: what the supervisor (supervisor.py) needs to start it again; `ready`: how it
+    # tells the restarted process serves again.
     (cluster_dir / "pids" / f"{name}.json").write_text(json.dumps(
         {"pid": pid, "createTime": created, "startedAfterBoot": start_offset, "bootId": proctime.boot_id(),
-         "argv": argv, "env": env or {}}))
+         "argv": argv, "env": env or {}, "ready": (ready or Readiness()).as_record()}))
     return running
 
 

@@ -6,7 +6,8 @@
 stops it first, so nothing it restarts races a teardown. Every half second it looks at the
 supervised components' pid files. One that is gone is restarted from what its pid file recorded
 (argv, environment overrides, the cluster directory as working directory) after a backoff of 1, 2, 4,
-8, 16 s, at most MAX_RESTARTS times per component; then it gives up and the component stays dead,
+8, 16 s, and counts as restarted once it serves again (`readyAt` in the status; health.py), at most
+MAX_RESTARTS times per component; then it gives up and the component stays dead,
 which the suite's watch (liveness.py) reports by name. Each death and restart goes to
 `logs/supervisor.log` with the component's log tail, and the counts to `supervisor.json`, which
 `cluster status` shows and the watch reads: a component the supervisor is about to restart is not
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.backends.local import components, process, state
+from harness.backends.local import components, health, process, state
 from harness.backends.local.realnode import sharing
 from harness.core import paths
 from harness.core.errors import ComponentError
@@ -56,6 +57,10 @@ BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0)
 LOOK_EVERY = 0.5
 OWNER_EVERY = 4  # looks between checks of the owner (2 s)
 RESTARTING, RUNNING, GAVE_UP = "restarting", "running", "gave up"
+# After a restart the component is "restarting" until it serves again (its /readyz, /healthz or ready line,
+# as `cluster up` waits for), at most this long.
+READY_TIMEOUT = 120.0
+READY_POLL = 0.2
 
 log = logging.getLogger("harness.supervisor")
 
@@ -164,13 +169,38 @@ class Supervisor:
             entry["state"] = RUNNING
             self._save()
             return
-        with open(self.cluster_dir / "logs" / f"{name}.log", "a") as handle:
+        log_path = self.cluster_dir / "logs" / f"{name}.log"
+        with open(log_path, "a") as handle:
             handle.write(f"--- dra-harness supervisor: restart {entry['restarts'] + 1} at {time.strftime('%H:%M:%S')} ---\n")
-        started = process.start(name, command, self.cluster_dir, env=env)
+        log_from = log_path.stat().st_size  # this run's output begins here
+        readiness = health.Readiness.from_record(data.get("ready"))
+        started = process.start(name, command, self.cluster_dir, env=env, ready=readiness)
         entry["restarts"] += 1
+        self._save()  # still "restarting": a test failing now is told so
+        began = time.monotonic()
+        outcome = self._wait_ready(started, readiness, log_from)
+        if outcome == "died":
+            return  # the next look restarts it again (or gives up), with the backoff
         entry["state"] = RUNNING
+        entry["readyAt"] = time.time()  # the watch names a restart this recent for a test that fails (liveness.py)
         self._save()
-        log.warning("%s restarted (pid %s)", name, started.pid)
+        if outcome == "ready":
+            log.warning("%s restarted (pid %s); ready after %.1f s", name, started.pid, time.monotonic() - began)
+        else:
+            log.error("%s restarted (pid %s) but not ready after %.0f s (%s); last lines of its log:\n%s", name,
+                      started.pid, READY_TIMEOUT, readiness.url or readiness.line, process.tail(log_path, lines=10))
+
+    def _wait_ready(self, started: process.Running, readiness: health.Readiness, log_from: int) -> str:
+        """'ready', 'died' or 'timeout': a restart counts once the component serves again, as at `cluster up`."""
+        tls = health.cluster_tls(self.cluster_dir) if (readiness.url or "").startswith("https") else None
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            if not process.alive(started):
+                return "died"
+            if health.is_ready(readiness, started.log, tls, log_from):
+                return "ready"
+            self.stopping.wait(READY_POLL)
+        return "timeout"
 
     def owner_gone(self) -> int | None:
         """The pid of the cluster's owner (ClusterSpec.owner) once it is gone, else None."""
