@@ -4,19 +4,48 @@ interpreter, its output appended to a log file the test shows on failure."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+CLEANUP_GRACE = 600.0  # what an interrupted command may take to remove what it made (a kind cluster: minutes)
 
 
 def cli(args: list[str], env: dict, log: Path, timeout: float) -> subprocess.CompletedProcess:
     with open(log, "a") as handle:
         handle.write(f"\n$ dra-harness {' '.join(args)}\n")
         handle.flush()
-        return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=REPO, env=env, stdout=handle,
-                              stderr=subprocess.STDOUT, timeout=timeout, stdin=subprocess.DEVNULL)
+        return run_to_end([sys.executable, "-m", "harness.cli", *args], timeout, cwd=REPO, env=env, stdout=handle,
+                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def run_to_end(command: list[str], timeout: float, capture: bool = False, **popen) -> subprocess.CompletedProcess:
+    """subprocess.run, except on a timeout or a Ctrl-C of the test: subprocess.run SIGKILLs the command, which
+    leaves what it started (a kind cluster, the harness's dockerd). Here the command, in a session of its own
+    (so a terminal's Ctrl-C reaches it once, from here), gets SIGINT and CLEANUP_GRACE to clean up."""
+    if capture:
+        popen.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, start_new_session=True, **popen)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        stop_cleanly(proc)
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def stop_cleanly(proc: subprocess.Popen) -> None:
+    """SIGINT, as a user's Ctrl-C, then wait for its clean-up; SIGKILL only after CLEANUP_GRACE or a second Ctrl-C."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=CLEANUP_GRACE)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
 
 
 def isolated_env(state_dir: Path, **extra: str) -> dict:

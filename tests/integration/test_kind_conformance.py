@@ -20,6 +20,7 @@ import uuid
 
 import kind_leaks
 import pytest
+from cli_runs import run_to_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.kind_e2e]
 
@@ -35,9 +36,10 @@ def test_the_suite_passes_on_kind_and_leaves_nothing(tmp_path):
     report = tmp_path / "report"
     log = tmp_path / "run.log"
     with open(log, "wb") as out:
-        done = subprocess.run([sys.executable, "-m", "harness.cli", "conformance", "run", "--backend", "kind",
-                               "--config", "mixed", "--name", name, "--report-dir", str(report)], stdout=out,
-                              stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT)
+        # interrupted (Ctrl-C, the timeout): the run gets SIGINT and takes its cluster down, as for a user
+        done = run_to_end([sys.executable, "-m", "harness.cli", "conformance", "run", "--backend", "kind", "--config",
+                           "mixed", "--name", name, "--report-dir", str(report)], RUN_TIMEOUT, stdout=out,
+                          stderr=subprocess.STDOUT)
     text = log.read_text()
     data = json.loads((report / "report.json").read_text()) if (report / "report.json").is_file() else {}
     failed = [(r["id"], r["message"][:400]) for row in data.get("matrix", []) for r in row["tests"]

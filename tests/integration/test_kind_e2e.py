@@ -19,6 +19,7 @@ from pathlib import Path
 
 import kind_leaks
 import pytest
+from cli_runs import run_to_end
 
 from fake_devices import render
 from harness.backends import manifests
@@ -47,8 +48,7 @@ def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     # The default state directory: the harness's own dockerd (if it starts one) is the machine's one,
     # which the leak check looks at; the cluster's name is this test's own.
     env = dict(os.environ)
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    return run_to_end([sys.executable, "-m", "harness.cli", *args], timeout, capture=True, env=env)
 
 
 @pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
