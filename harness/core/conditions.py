@@ -9,6 +9,10 @@ that exits and is waited for still counts as own. Others = the machine's busy ti
 from /proc/stat) minus own; a process of the tree that exits without a parent in the tree reaping it
 loses its window CPU from own, which can only make a run look more contended, never less.
 
+Own CPU is also split by role (`own_cpu_by_role`: kube-apiserver, etcd, kube-scheduler, the fake driver,
+locust, ...; `role()`), so a run says which of its processes took the CPU (issue 29 item 4: what of ours
+is the system under test and what is the harness around it).
+
 `snapshot()` reads the machine (psutil); `summarize()` is pure arithmetic on two snapshots.
 """
 
@@ -35,6 +39,7 @@ class Snapshot:
     machine_busy: float  # busy CPU seconds of all cores since boot
     # (pid, process create time) -> user + system + reaped children's CPU seconds, for the tree
     own: dict[tuple[int, float], float] = field(default_factory=dict)
+    roles: dict[tuple[int, float], str] = field(default_factory=dict)  # the same keys -> role()
 
 
 def machine_busy_seconds(cpu_times) -> float:
@@ -46,6 +51,24 @@ def process_seconds(cpu_times) -> float:
         getattr(cpu_times, "children_system", 0.0)
 
 
+# Python programs of ours, by what their command line runs (`-m module`, a script, a setproctitle title).
+PYTHON_ROLES = (("fake_devices.kubeletplugin", "kubelet plugins"), ("fake_devices", "fake driver"),
+                ("locust", "locust"), ("harness.backends.local.supervisor", "supervisor"),
+                ("harness.backends.local.realnode.forked", "kubelet plugins"))
+
+
+def role(command: list[str]) -> str:
+    """What a process of the run is, from its command line: the binary's name for the cluster's components
+    (kube-apiserver, etcd, kwok, kubelet, containerd ...), a name for our Python programs, else 'harness'."""
+    if not command:
+        return "other"
+    program = os.path.basename(command[0])
+    if not program.startswith("python"):
+        return program.split()[0] if program else "other"
+    line = " ".join(command[1:])
+    return next((name for marker, name in PYTHON_ROLES if marker in line), "harness")
+
+
 def own_processes(root_pid: int) -> list[psutil.Process]:
     try:
         root = psutil.Process(root_pid)
@@ -55,13 +78,26 @@ def own_processes(root_pid: int) -> list[psutil.Process]:
 
 
 def snapshot(root_pid: int | None = None) -> Snapshot:
-    own = {}
+    own, roles = {}, {}
     for proc in own_processes(root_pid or os.getpid()):
+        key = (proc.pid, proctime.started_after_boot(proc.pid) or 0.0)
         try:
-            own[(proc.pid, proctime.started_after_boot(proc.pid) or 0.0)] = process_seconds(proc.cpu_times())
+            seconds, command = process_seconds(proc.cpu_times()), proc.cmdline()
         except psutil.Error:  # exited while we looked: its CPU is counted as others (see above)
             continue
-    return Snapshot(time.monotonic(), os.getloadavg(), machine_busy_seconds(psutil.cpu_times()), own)
+        own[key], roles[key] = seconds, role(command)
+    return Snapshot(time.monotonic(), os.getloadavg(), machine_busy_seconds(psutil.cpu_times()), own, roles)
+
+
+def by_role(start: Snapshot, end: Snapshot) -> dict[str, float]:
+    """Own CPU seconds of the window per role, largest first: each process's end minus its start (0 for one
+    that started in the window). A process that exited in the window is not in `end`; its CPU sits with the
+    parent that reaped it."""
+    totals: dict[str, float] = {}
+    for key, seconds in end.own.items():
+        name = end.roles.get(key, "other")
+        totals[name] = totals.get(name, 0.0) + max(seconds - start.own.get(key, 0.0), 0.0)
+    return {name: round(value, 2) for name, value in sorted(totals.items(), key=lambda item: -item[1]) if value > 0}
 
 
 def summarize(start: Snapshot, end: Snapshot, cpus: int) -> dict:
@@ -79,7 +115,7 @@ def summarize(start: Snapshot, end: Snapshot, cpus: int) -> dict:
             "load_average_start": [round(x, 2) for x in start.load_average],
             "load_average_end": [round(x, 2) for x in end.load_average],
             "machine_busy_cpu_seconds": round(busy, 2), "own_cpu_seconds": round(own, 2),
-            "others_cpu_seconds": round(others, 2),
+            "others_cpu_seconds": round(others, 2), "own_cpu_by_role": by_role(start, end),
             "own_percent_of_machine": round(100 * own / capacity, 1),
             "others_percent_of_machine": round(others_percent, 1),
             "contended": others_percent > CONTENDED_PERCENT}

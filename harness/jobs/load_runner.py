@@ -273,7 +273,20 @@ def result_lines(summary: dict) -> list[str]:
     lines.append(f"missed requeues {summary.get('scheduler', {}).get('missedRequeues')}")
     if summary.get("conditions"):
         lines.append(conditions.describe(summary["conditions"]))
+        lines += cpu_by_role_lines(summary)
     return lines
+
+
+def cpu_by_role_lines(summary: dict) -> list[str]:
+    """Where the run's own CPU went over the measured window, per process role, and per measured pod for a burst."""
+    by_role = summary["conditions"].get("own_cpu_by_role") or {}
+    if not by_role:
+        return []
+    burst = summary.get("throughput") or {}
+    pods = burst.get("bound") or 0
+    parts = [f"{name} {seconds:g} s" + (f" ({1000 * seconds / pods:.1f} ms/pod)" if pods else "")
+             for name, seconds in by_role.items()]
+    return [f"own CPU by process: {', '.join(parts)}"]
 
 
 def requeue_lines(rows: list[dict] | None) -> list[str]:

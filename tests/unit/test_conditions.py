@@ -80,3 +80,28 @@ def test_describe_and_measure_on_this_machine():
     line = conditions.describe(result)
     assert ("CONTENDED" in line) == result["contended"]
     assert "others used" in line
+
+
+@pytest.mark.parametrize("command, expected", [
+    (["/root/.cache/dra-harness/binaries/v1.37.2/kube-apiserver", "--etcd-servers=http://127.0.0.1:2379"],
+     "kube-apiserver"),
+    (["etcd", "--data-dir=/x"], "etcd"),
+    (["/usr/bin/python3", "-m", "fake_devices", "--config=/x/fake-driver.yaml"], "fake driver"),
+    (["/v/bin/python", "-m", "fake_devices.kubeletplugin", "--node=real-node-0"], "kubelet plugins"),
+    (["/v/bin/python3", "/v/bin/locust", "-f", "load/locustfile.py", "--headless"], "locust"),
+    (["/v/bin/python", "-m", "harness.backends.local.supervisor", "--cluster-dir", "/x"], "supervisor"),
+    (["/v/bin/python", "-m", "harness.cli", "load", "run"], "harness"),
+    ([], "other"),
+])
+def test_role_names_the_program_a_process_runs(command, expected):
+    assert conditions.role(command) == expected
+
+
+def test_own_cpu_is_split_by_role():
+    apiserver, driver, gone, new = (1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0)
+    start = conditions.Snapshot(0.0, (1.0,) * 3, 0.0, own={apiserver: 10.0, driver: 5.0, gone: 1.0},
+                                roles={apiserver: "kube-apiserver", driver: "fake driver", gone: "locust"})
+    end = conditions.Snapshot(10.0, (1.0,) * 3, 20.0, own={apiserver: 16.0, driver: 6.0, new: 2.5},
+                              roles={apiserver: "kube-apiserver", driver: "fake driver", new: "kube-apiserver"})
+    # the apiserver's 6 s plus a new process of the same role (2.5 s, all in the window); the exited one is gone
+    assert conditions.summarize(start, end, cpus=2)["own_cpu_by_role"] == {"kube-apiserver": 8.5, "fake driver": 1.0}

@@ -113,3 +113,14 @@ def test_the_group_kind_holds_the_device_with_the_groups_claim_not_the_pods():
     # the member's entry equals the group's: it uses the group's shared claim, reserved for the group
     assert member["spec"]["resourceClaims"] == group["spec"]["resourceClaims"]
     assert member["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "dev-4"}
+
+
+def test_the_console_says_where_a_bursts_cpu_went_per_process_and_per_pod():
+    from harness.jobs import load_runner
+
+    summary = {"throughput": {"bound": 2500},
+               "conditions": {"own_cpu_by_role": {"kube-apiserver": 60.0, "kube-scheduler": 50.0, "locust": 12.5}}}
+    assert load_runner.cpu_by_role_lines(summary) == [
+        "own CPU by process: kube-apiserver 60 s (24.0 ms/pod), kube-scheduler 50 s (20.0 ms/pod), "
+        "locust 12.5 s (5.0 ms/pod)"]
+    assert load_runner.cpu_by_role_lines({"conditions": {}}) == []
