@@ -464,12 +464,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         watch.nodes_needed = uses_a_kubelet(item)
         try:
             watch.check()
+            _wait_for_restarts(watch)  # a component that does not come back raises ComponentDied on the way
         except ComponentDied as err:
             pytest.fail(str(err), pytrace=False)
         item.stash[_RESTARTS_BEFORE] = watch.restarts()
         item.stash[_BEGAN] = time.time()
 
 
+def _wait_for_restarts(watch) -> None:
+    """A test does not begin while the supervisor restarts a component it needs: it would fail on the way
+    (connection refused). Bounded; past the bound the test runs, and a failure names the restart."""
+    if not watch.restarting():
+        return
+    try:
+        wait.until("the supervisor's restarts to finish", lambda: not watch.restarting(), RESTART_WAIT, interval=0.5)
+    except wait.WaitTimeout:
+        pass
+
+
+# The supervisor's backoff before a restart (at most 16 s) and the wait for the component to serve again (120 s).
+RESTART_WAIT = 150.0
 # Without these no API request can succeed; once one is dead for good, a request would first wait out the
 # client's read timeout (20 s, retried 3 times) or the apiserver's own 60 s, in every teardown that follows.
 API_PATH = ("etcd", "kube-apiserver")

@@ -111,10 +111,13 @@ def test_a_restart_counts_once_the_component_is_ready_again(cluster_dir, supervi
                .get("fake-devices", {}).get("restarts") == 1, 30)
     entry = supervisor.read_status(cluster_dir)["fake-devices"]
     assert entry["state"] == supervisor.RESTARTING and "readyAt" not in entry, entry
+    watch = liveness.ComponentWatch("sv", cluster_dir)
+    assert watch.restarting() == ["fake-devices"]  # a test's setup waits for it
     gate.touch()
     entry = wait.until("the restarted component to be ready", lambda: (e := supervisor.read_status(cluster_dir)
                        .get("fake-devices", {})).get("state") == supervisor.RUNNING and e, 30)
     assert entry["readyAt"] <= time.time()
+    assert watch.restarting() == []
 
 
 def test_a_test_that_began_soon_after_a_restart_is_told_of_it(cluster_dir, supervising):

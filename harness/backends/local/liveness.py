@@ -106,6 +106,12 @@ class ComponentWatch:
         """Restarts so far per component (what the supervisor recorded)."""
         return {name: int(entry.get("restarts", 0)) for name, entry in supervisor.read_status(self.cluster_dir).items()}
 
+    def restarting(self) -> list[str]:
+        """The components the supervisor is restarting now (dead or started, not serving yet)."""
+        return sorted(name for name, entry in supervisor.read_status(self.cluster_dir).items()
+                      if entry.get("state") == supervisor.RESTARTING and (self.nodes_needed or name not in
+                                                                          supervisor.node_components(self.cluster_dir)))
+
     def restarted_since(self, before: dict[str, int], began: float | None = None) -> str:
         """'kube-scheduler died and was restarted by the supervisor during this test (...)' for each
         component restarted since `before` or being restarted now, and (with `began`, the test's start as
