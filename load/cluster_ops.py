@@ -12,6 +12,7 @@ import gevent.pool
 
 from fake_devices.config import PROFILE_LABEL
 from harness.k8s import api, errors, watching
+from harness.k8s.nodes import KWOK_NOT_STARTED_LABEL
 from load.scenarios import LOAD_LABEL
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -152,7 +153,9 @@ def tolerations(node_taint: str) -> list[dict]:
 
 
 def pod(name: str, template: str | None = None, extended: str | None = None, *, label: str = "true",
-        node_taint: str = "") -> dict:
+        node_taint: str = "", started: bool = True) -> dict:
+    """A pod of the run; `started=False`: once the scheduler binds it, KWOK does not start it (it stays bound
+    and Pending), as scheduler_perf's pods, which no kubelet runs (the throughput scenarios)."""
     container: dict = {"name": "main", "image": PAUSE_IMAGE}
     spec: dict = {"containers": [container], "terminationGracePeriodSeconds": 0}
     if node_taint:
@@ -162,7 +165,8 @@ def pod(name: str, template: str | None = None, extended: str | None = None, *, 
         container["resources"] = {"claims": [{"name": "gpu"}]}
     if extended:
         container["resources"] = {"limits": {extended: "1"}, "requests": {extended: "1"}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {LOAD_LABEL: label}}, "spec": spec}
+    labels = {LOAD_LABEL: label, **({} if started else {KWOK_NOT_STARTED_LABEL: "true"})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
 def pod_group_with_claim(name: str, template: str, *, label: str = "true") -> dict:

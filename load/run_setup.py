@@ -163,9 +163,11 @@ def _class_resource(options, number) -> str:
 def _burst_pod(options, name: str) -> dict:
     """A pod of the throughput-like scenarios: one GPU through the claim template, or (extended-throughput)
     through the extended resource of the DeviceClass created at set-up."""
+    # Bound, never started: what the scheduler does is measured, not a simulated kubelet's status write per pod
+    # (scheduler_perf's pods do not run either; docs/load.md).
     if options.scenario == "extended-throughput":
-        return _pod(options, name, extended=options.extended_resource)
-    return _pod(options, name, template="one-gpu")
+        return _pod(options, name, extended=options.extended_resource, started=False)
+    return _pod(options, name, template="one-gpu", started=False)
 
 
 def _budget(options, runner) -> int:

@@ -7,6 +7,9 @@ from __future__ import annotations
 # Pods land on a real node only when they ask to (the KWOK nodes stay the default target).
 REAL_NODE_TAINT_KEY = "dra-harness.x-k8s.io/real-node"
 KUBELET_LABEL = "dra-harness.x-k8s.io/kubelet"
+# A pod with this label is bound but never started by KWOK (its simulated nodes' kubelet): as scheduler_perf's
+# pods, which nothing runs. The throughput scenarios mark their pods so (docs/load.md): no status write per pod.
+KWOK_NOT_STARTED_LABEL = "dra-harness.x-k8s.io/kwok-not-started"
 
 # Images the local backend builds and imports into a real node's containerd.
 IMAGE_REGISTRY = "dra-harness.local"

@@ -11,12 +11,14 @@ import sys
 
 import pytest
 
+from conformance import objects
 from harness import binaries
 from harness.backends.local import process, state
 from harness.backends.local.backend import LocalBackend, UpOptions
 from harness.backends.local.ports import listening
 from harness.k8s import wait
 from harness.k8s.client import Clients, https_get
+from harness.k8s.nodes import KWOK_NOT_STARTED_LABEL
 
 pytestmark = pytest.mark.integration
 
@@ -54,6 +56,20 @@ def test_cluster_serves_1_37_with_the_dra_gates(local_cluster, k8s: Clients):
         assert gates.get(gate) == 1, f"{gate} is not enabled: {gates.get(gate)}"
     served = _served_group_versions(k8s)
     assert {"resource.k8s.io/v1", "resource.k8s.io/v1beta2", "scheduling.k8s.io/v1beta1"} <= served
+
+
+def test_kwok_starts_bound_pods_but_not_those_labelled_not_started(local_cluster, k8s: Clients, dra_namespace,
+                                                                   simulated_node):
+    """The load tests' burst pods stay bound and Pending (no status write per pod), as scheduler_perf's."""
+    held = objects.pod("held", [objects.container("main")])
+    held["metadata"]["labels"] = {KWOK_NOT_STARTED_LABEL: "true"}
+    started = objects.pod("started", [objects.container("main")])
+    for body in (held, started):  # the held one first: KWOK sees it before the one whose start is awaited
+        body["spec"]["nodeName"] = simulated_node
+        k8s.core.create_namespaced_pod(dra_namespace, body)
+    wait.pod_phase(k8s, dra_namespace, "started", "Running", timeout=60)
+    pod = k8s.core.read_namespaced_pod("held", dra_namespace)
+    assert (pod.spec.node_name, pod.status.phase, pod.status.start_time) == (simulated_node, "Pending", None)
 
 
 def test_component_metrics_open_with_the_kubeconfig_credentials(local_cluster, k8s: Clients):

@@ -186,6 +186,9 @@ def test_kwok_config_yaml():
     assert deletes[0]["spec"]["selector"]["matchExpressions"][0]["key"] == ".metadata.deletionTimestamp"
     for d in stages:
         assert "statusTemplate" in d["spec"]["next"] or d["spec"]["next"].get("delete"), d["metadata"]["name"]
+    running = next(d for d in stages if d["metadata"]["name"] == "dra-harness-pod-running")
+    assert {"key": '.metadata.labels["dra-harness.x-k8s.io/kwok-not-started"]', "operator": "DoesNotExist"} in \
+        running["spec"]["selector"]["matchExpressions"]  # the load tests' burst pods are bound, never started
 
 
 def test_kwok_component_uses_our_config(layout, tmp_path):

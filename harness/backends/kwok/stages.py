@@ -2,14 +2,17 @@
 
 The `kwok` controller does nothing without stages (kwokctl normally writes its defaults into the
 config). Ours are deliberately small: a node becomes Ready at once and keeps a slow status heartbeat
-(liveness comes from its Lease, as with a real kubelet); a bound pod becomes Running at once, a Job's
-pod then Succeeds, and a deleted pod goes away (the kubelet's part of graceful deletion).
+(liveness comes from its Lease, as with a real kubelet); a bound pod becomes Running at once (unless
+labelled KWOK_NOT_STARTED_LABEL: the load tests' burst pods stay bound and Pending, as scheduler_perf's),
+a Job's pod then Succeeds, and a deleted pod goes away (the kubelet's part of graceful deletion).
 Templates are Go text/template over the object, with KWOK's helper functions (Now, NodeIP, ...).
 """
 
 from __future__ import annotations
 
 import yaml
+
+from harness.k8s.nodes import KWOK_NOT_STARTED_LABEL
 
 API = "kwok.x-k8s.io/v1alpha1"
 
@@ -150,6 +153,8 @@ def _ready_is(operator: str) -> dict:
 
 
 NOT_DELETED = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+# A gojq path: the label's key holds dots and a slash.
+NOT_STARTED_UNLESS_ASKED = {"key": f'.metadata.labels["{KWOK_NOT_STARTED_LABEL}"]', "operator": "DoesNotExist"}
 
 
 def stages() -> list[dict]:
@@ -162,7 +167,8 @@ def stages() -> list[dict]:
                {"statusTemplate": _NODE_STATUS},
                delay={"durationMilliseconds": 300000, "jitterDurationMilliseconds": 360000}),
         _stage("dra-harness-pod-running", "Pod",
-               [NOT_DELETED, {"key": ".status.phase", "operator": "In", "values": ["Pending"]}, _ready_is("NotIn")],
+               [NOT_DELETED, {"key": ".status.phase", "operator": "In", "values": ["Pending"]}, _ready_is("NotIn"),
+                NOT_STARTED_UNLESS_ASKED],
                {"statusTemplate": _POD_RUNNING}),
         _stage("dra-harness-pod-succeeded", "Pod",
                [NOT_DELETED, {"key": ".status.phase", "operator": "In", "values": ["Running"]},
