@@ -41,6 +41,11 @@ from load.scenarios import PROFILE_NAME, USER_CLASSES, Placement
 
 LOCUSTFILE = Path(__file__).resolve().parents[2] / "load" / "locustfile.py"
 MAX_WORKERS = 64  # locust worker processes on this machine
+# The simulated nodes of a load run's own cluster renew their Leases every 30 s, not every 10 s (their
+# controller-manager waits as long before it calls a node lost): an idle 500-node cluster spent 12.9 CPU-s a
+# minute on renewals (apiserver 6.8, etcd 2.1, KWOK 2.0, controller-manager 1.5), a tenth of the machine taken
+# from the scheduler under test, for work upstream's scheduler_perf nodes never do (BENCHMARKS.md).
+LOAD_NODE_LEASE_SECONDS = 120
 
 
 def _profile_yaml(devices_per_node: int, name: str = PROFILE_NAME) -> str:
@@ -135,7 +140,8 @@ def run(params: scenarios.LoadParams, *, report_dir: Path, hints: bool | None = 
     else:
         info = backend.up(ClusterSpec(name=name, definition=_definition(params, work),
                                       feature_gates=f"SchedulerPreQueueingHints={str(hints is not False).lower()}",
-                                      owner=None if keep_cluster else proctime.identity()))
+                                      owner=None if keep_cluster else proctime.identity(),
+                                      node_lease_seconds=LOAD_NODE_LEASE_SECONDS))
     try:
         guest = None
         try:

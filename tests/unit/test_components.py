@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import stat
 
@@ -285,3 +286,12 @@ def test_short_timeouts_are_set_only_where_their_gates_are_on(gates, expected):
     (profile,) = profiles
     assert profile.plugin_args() == expected
     assert schedulerprofiles.SchedulerProfile.from_dict(profile.to_dict()) == profile
+
+
+def test_longer_node_leases_renew_less_often_and_the_controller_manager_waits_as_long(layout):
+    default = _by_name(layout)
+    assert next(yaml.safe_load_all(default["kwok"].files["kwok.yaml"]))["options"]["nodeLeaseDurationSeconds"] == 40
+    assert not any(a.startswith("--node-monitor-grace-period") for a in default["kube-controller-manager"].argv)
+    longer = _by_name(dataclasses.replace(layout, node_lease_seconds=120))  # a load run's cluster
+    assert next(yaml.safe_load_all(longer["kwok"].files["kwok.yaml"]))["options"]["nodeLeaseDurationSeconds"] == 120
+    assert _flag(longer["kube-controller-manager"].argv, "--node-monitor-grace-period") == "120s"

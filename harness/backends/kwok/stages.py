@@ -15,6 +15,7 @@ import yaml
 from harness.k8s.nodes import KWOK_NOT_STARTED_LABEL
 
 API = "kwok.x-k8s.io/v1alpha1"
+NODE_LEASE_SECONDS = 40  # a kubelet's default (nodeLeaseDurationSeconds): renewed every 10 s
 
 _NODE_STATUS = """\
 {{ $now := Now }}
@@ -179,10 +180,12 @@ def stages() -> list[dict]:
     ]
 
 
-def config_yaml() -> str:
-    """The multi-document file passed to `kwok --config`."""
+def config_yaml(node_lease_seconds: int = NODE_LEASE_SECONDS) -> str:
+    """The multi-document file passed to `kwok --config`; KWOK renews each node's Lease every quarter of
+    `node_lease_seconds` (sigs.k8s.io/kwok v0.8.0 pkg/kwok/controllers/controller.go)."""
     # Parallelism must be explicit: the kwok binary applies no defaults to a config file it is given.
-    options = {"nodeLeaseDurationSeconds": 40, "nodeLeaseParallelism": 16, "nodePlayStageParallelism": 8,
+    options = {"nodeLeaseDurationSeconds": node_lease_seconds, "nodeLeaseParallelism": 16,
+               "nodePlayStageParallelism": 8,
                "podPlayStageParallelism": 8, "podsOnNodeSyncParallelism": 4}
     documents = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": options}]
     return yaml.safe_dump_all(documents + stages(), sort_keys=False)

@@ -238,7 +238,8 @@ class LocalBackend(Backend):
         with self.reporter.step("creating certificates and kubeconfigs"):
             keys = pki.create(cluster.directory / "pki", cluster.name)
             layout = components.ClusterLayout(cluster.name, cluster.directory, binset, features, allocated, keys,
-                                              verbosity=options.verbosity, scheduler_profiles=scheduler_profiles)
+                                              verbosity=options.verbosity, scheduler_profiles=scheduler_profiles,
+                                              node_lease_seconds=options.node_lease_seconds)
             for client in pki.CLIENTS:
                 kubeconfig.write(layout.kubeconfig(client), cluster.name, layout.server, keys, client)
         tls = tls_context(layout.kubeconfig("admin"))

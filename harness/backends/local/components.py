@@ -28,6 +28,7 @@ SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 PORT_NAMES = ["etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
 # API client rates high enough for 1000 nodes and bursts of thousands of pods (defaults are 20-50 qps).
 CLIENT_QPS, CLIENT_BURST = 500, 1000
+NODE_MONITOR_GRACE_SECONDS = 50  # kube-controller-manager's default (pkg/controller/nodelifecycle/config/v1alpha1)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class ClusterLayout:
     pki: Pki
     verbosity: int = 1
     scheduler_profiles: tuple[SchedulerProfile, ...] = ()  # beside default-scheduler (schedulerprofiles.py)
+    node_lease_seconds: int = kwok_stages.NODE_LEASE_SECONDS  # the KWOK nodes' (ClusterSpec.node_lease_seconds)
 
     def kubeconfig(self, client: str) -> Path:
         return self.directory / ("kubeconfig" if client == "admin" else f"{client}.kubeconfig")
@@ -130,6 +132,10 @@ def kube_controller_manager(layout: ClusterLayout) -> Component:
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--leader-elect=false",
             f"--kube-api-qps={CLIENT_QPS}", f"--kube-api-burst={CLIENT_BURST}",
             f"--v={layout.verbosity}"]
+    if layout.node_lease_seconds > kwok_stages.NODE_LEASE_SECONDS:
+        # Leases renewed less often: a node counts as lost only once its lease is as old as the lease lasts
+        # (the default grace, 50 s, is meant for renewals every 10 s).
+        argv.append(f"--node-monitor-grace-period={max(NODE_MONITOR_GRACE_SECONDS, layout.node_lease_seconds)}s")
     argv += _gates(layout)
     return Component("kube-controller-manager", argv,
                      f"https://127.0.0.1:{layout.ports['kube-controller-manager']}/healthz")
@@ -162,7 +168,7 @@ def kwok(layout: ClusterLayout) -> Component:
             f"--server-address=127.0.0.1:{port}", f"--cidr={POD_CIDR}", "--node-ip=127.0.0.1",
             f"--node-port={port}"]
     return Component("kwok", argv, f"http://127.0.0.1:{port}/healthz",
-                     files={"kwok.yaml": kwok_stages.config_yaml()})
+                     files={"kwok.yaml": kwok_stages.config_yaml(layout.node_lease_seconds)})
 
 
 def fake_devices(layout: ClusterLayout, definition) -> Component:
