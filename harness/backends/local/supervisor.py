@@ -179,8 +179,8 @@ class Supervisor:
         self._save()  # still "restarting": a test failing now is told so
         began = time.monotonic()
         outcome = self._wait_ready(started, readiness, log_from)
-        if outcome == "died":
-            return  # the next look restarts it again (or gives up), with the backoff
+        if outcome in ("died", "stopped"):
+            return  # died: the next look restarts it again (or gives up), with the backoff
         entry["state"] = RUNNING
         entry["readyAt"] = time.time()  # the watch names a restart this recent for a test that fails (liveness.py)
         self._save()
@@ -191,15 +191,17 @@ class Supervisor:
                       started.pid, READY_TIMEOUT, readiness.url or readiness.line, process.tail(log_path, lines=10))
 
     def _wait_ready(self, started: process.Running, readiness: health.Readiness, log_from: int) -> str:
-        """'ready', 'died' or 'timeout': a restart counts once the component serves again, as at `cluster up`."""
+        """'ready', 'died', 'stopped' (the supervisor is) or 'timeout': a restart counts once the component serves
+        again, as at `cluster up`."""
         tls = health.cluster_tls(self.cluster_dir) if (readiness.url or "").startswith("https") else None
         deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline and not self.stopping.is_set():
+        while time.monotonic() < deadline:
             if not process.alive(started):
                 return "died"
             if health.is_ready(readiness, started.log, tls, log_from):
                 return "ready"
-            self.stopping.wait(READY_POLL)
+            if self.stopping.wait(READY_POLL):
+                return "stopped"
         return "timeout"
 
     def owner_gone(self) -> int | None:
