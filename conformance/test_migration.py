@@ -271,8 +271,9 @@ def test_resource_quota_counts_the_pods_of_both_paths_once(k8s, dra_namespace, k
     wait.until(f"quota usage {quota_key} back to 2", lambda: used().get(quota_key) == "2", 60)
 
     def fourth_admitted() -> bool:
-        # The quota's status says 2, but the apiserver's quota admission reads the quota from its own informer,
-        # which can trail that write by a moment on a loaded machine (seen: a 403 'used: ...=3' right after).
+        # The quota's status says 2, but the apiserver's quota admission reads the quota from its informer's lister
+        # (k8s.io/apiserver v0.37.2 pkg/admission/plugin/resourcequota/resource_access.go, GetQuotas), which can
+        # trail that write by a moment on a loaded machine (seen: a 403 'used: ...=3' right after).
         try:
             _create(k8s, ns, resource, "fourth")
         except errors.Forbidden as err:
