@@ -5,6 +5,7 @@ thread with a short backoff."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ import yaml
 
 from harness.backends.local import health, liveness, process, state, supervisor
 from harness.backends.local.realnode import sharing
+from harness.core.files import write_atomic
 from harness.core.nodelayout import RealNodeRecord
 from harness.k8s import wait
 
@@ -157,6 +159,17 @@ def real_node(cluster_dir) -> RealNodeRecord:
                             kubelet_port=20001, healthz_port=20002)
     (cluster_dir / state.STATE_FILE).write_text(yaml.safe_dump({"name": "unit", "realNodes": [record.to_dict()]}))
     return record
+
+
+def test_the_real_nodes_components_are_read_again_once_the_state_changes(cluster_dir, real_node):
+    first = supervisor.node_components(cluster_dir)
+    assert set(first) == {real_node.containerd_process, real_node.kubelet_process}
+    assert supervisor.node_components(cluster_dir) == first  # unchanged: the parsed state is reused
+    second = dataclasses.replace(real_node, name="real-node-1", id="4567cdef")
+    write_atomic(cluster_dir / state.STATE_FILE, yaml.safe_dump(
+        {"name": "unit", "realNodes": [real_node.to_dict(), second.to_dict()]}))
+    assert set(supervisor.node_components(cluster_dir)) == set(first) | {second.containerd_process,
+                                                                         second.kubelet_process}
 
 
 def test_a_real_nodes_dead_containerd_and_kubelet_are_started_again(cluster_dir, real_node, supervising):
