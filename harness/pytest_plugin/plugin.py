@@ -471,7 +471,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         item.stash[_BEGAN] = time.time()
 
 
-def _wait_for_restarts(watch) -> None:
+def _wait_for_restarts(watch: ComponentWatchHandle) -> None:
     """A test does not begin while the supervisor restarts a component it needs: it would fail on the way
     (connection refused). Bounded; past the bound the test runs, and a failure names the restart."""
     if not watch.restarting():
@@ -484,6 +484,7 @@ def _wait_for_restarts(watch) -> None:
 
 # The supervisor's backoff before a restart (at most 16 s) and the wait for the component to serve again (120 s).
 RESTART_WAIT = 150.0
+
 # Without these no API request can succeed; once one is dead for good, a request would first wait out the
 # client's read timeout (20 s, retried 3 times) or the apiserver's own 60 s, in every teardown that follows.
 API_PATH = ("etcd", "kube-apiserver")
