@@ -3,11 +3,14 @@
     .venv/bin/python benchmarks/cluster_bench.py start   [--runs 5] [--backend local|kind]
     .venv/bin/python benchmarks/cluster_bench.py nodes   [--nodes 10 1000] [--settle 30]
     .venv/bin/python benchmarks/cluster_bench.py verify
+    .venv/bin/python benchmarks/cluster_bench.py idle    [--nodes 500] [--lease-seconds 40 120] [--settle 20] [--window 60]
 
 `start`: wall time of the `dra-harness cluster up --backend B --nodes 3` command (a fresh process each
 time, binaries cached), then `cluster down`. `nodes`: for each size, start a cluster with no nodes, time
 creating N KWOK nodes until all are Ready, let it idle for --settle seconds, then sum the RSS of every
-component process. `verify`: time to check the SHA-256 of the cached binaries (done on every `up`).
+component process. `verify`: time to check the SHA-256 of the cached binaries (done on every `up`). `idle`:
+for each node lease duration, a cluster with N KWOK nodes left idle for --settle seconds, then the CPU
+each component uses over --window seconds (what the nodes' lease renewals cost; load runs use 120 s).
 Every cluster is stopped at the end, also on error or Ctrl-C.
 """
 
@@ -36,7 +39,8 @@ from harness.k8s.client import Clients
 BACKENDS = {"start": (("local", "kind"), "`start` times `cluster up`, which only local and kind do"),
             "nodes": (("local",), "`nodes` creates KWOK nodes and reads the memory of the control-plane "
                                   "processes on this machine"),
-            "verify": (("local",), "`verify` checks this machine's binary cache; it uses no cluster")}
+            "verify": (("local",), "`verify` checks this machine's binary cache; it uses no cluster"),
+            "idle": (("local",), "`idle` reads the CPU of the control-plane processes on this machine")}
 
 
 def bench_start(runs: int, backend: str = "local") -> dict:
@@ -85,6 +89,36 @@ def bench_nodes(sizes: list[int], settle: float) -> dict:
     return results
 
 
+def cpu_by_component(name: str) -> dict[str, float]:
+    result = {}
+    for running in process.recorded(state.cluster_dir(name)).values():
+        try:
+            times = psutil.Process(running.pid).cpu_times()
+            result[running.name] = times.user + times.system
+        except psutil.Error:
+            continue
+    return result
+
+
+def bench_idle(size: int, leases: list[int], settle: float, window: float) -> dict:
+    results = {}
+    for lease in leases:
+        name = f"bench-idle-{lease}"
+        backend, _ = bench_backend.start("local", ClusterSpec(name=name, nodes=size, node_lease_seconds=lease))
+        try:
+            time.sleep(settle)  # benchmark method: past the start-up burst, into the steady renewals
+            before, started = cpu_by_component(name), time.monotonic()
+            time.sleep(window)  # benchmark method: the measured idle window
+            after, took = cpu_by_component(name), time.monotonic() - started
+            used = {n: round(after[n] - before[n], 2) for n in after if n in before}
+            results[lease] = {"window_seconds": round(took, 1), "cpu_seconds": used,
+                              "cpu_seconds_total": round(sum(used.values()), 2),
+                              "cpu_seconds_per_minute": round(60 * sum(used.values()) / took, 2)}
+        finally:
+            backend.down(name)
+    return results
+
+
 def bench_verify() -> dict:
     binset = binaries.locate()
     total = sum(binset.path(n).stat().st_size for n in binaries.ALL_BINARIES)
@@ -100,6 +134,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--nodes", type=int, nargs="+", default=[10, 1000])
     parser.add_argument("--settle", type=float, default=30.0)
+    parser.add_argument("--lease-seconds", type=int, nargs="+", default=[40, 120])
+    parser.add_argument("--window", type=float, default=60.0)
     bench_backend.add_flags(parser, BACKENDS["start"][0])
     args = parser.parse_args(argv)
     return bench_backend.resolve(parser, args, *BACKENDS[args.what])
@@ -112,6 +148,8 @@ def main() -> None:
             result = bench_start(args.runs, args.backend)
         elif args.what == "nodes":
             result = bench_nodes(args.nodes, args.settle)
+        elif args.what == "idle":
+            result = bench_idle(args.nodes[0], args.lease_seconds, args.settle, args.window)
         else:
             result = bench_verify()
     print(json.dumps({args.what: result, "conditions": window.result}, indent=2))

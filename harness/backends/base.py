@@ -41,7 +41,7 @@ class ClusterSpec:
     verbosity: int = 1
     # How long a KWOK node's Lease lasts; KWOK renews it every quarter of that, as a kubelet (40 s: every 10 s).
     # The load runs ask for longer (load_runner.LOAD_NODE_LEASE_SECONDS): 500 nodes renewing every 10 s cost the
-    # apiserver, etcd and KWOK about a fifth of a core, work upstream's scheduler_perf nodes never do.
+    # apiserver, etcd and KWOK about a quarter of a core, work upstream's scheduler_perf nodes never do.
     node_lease_seconds: int = 40
     # The process whose end ends the cluster (process.identity(): a `run`, a pytest session): once it is
     # gone, the cluster's supervisor tears the cluster down and the next `up` removes what is left.

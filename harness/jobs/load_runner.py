@@ -42,9 +42,9 @@ from load.scenarios import PROFILE_NAME, USER_CLASSES, Placement
 LOCUSTFILE = Path(__file__).resolve().parents[2] / "load" / "locustfile.py"
 MAX_WORKERS = 64  # locust worker processes on this machine
 # The simulated nodes of a load run's own cluster renew their Leases every 30 s, not every 10 s (their
-# controller-manager waits as long before it calls a node lost): an idle 500-node cluster spent 12.9 CPU-s a
-# minute on renewals (apiserver 6.8, etcd 2.1, KWOK 2.0, controller-manager 1.5), a tenth of the machine taken
-# from the scheduler under test, for work upstream's scheduler_perf nodes never do (BENCHMARKS.md).
+# controller-manager waits as long before it calls a node lost): an idle 500-node cluster spent 15.3 CPU-s a
+# minute with 40 s leases and 7.5 with these (`benchmarks/cluster_bench.py idle`), CPU taken from the scheduler
+# under test for work upstream's scheduler_perf nodes never do (BENCHMARKS.md).
 LOAD_NODE_LEASE_SECONDS = 120
 
 
